@@ -1,0 +1,30 @@
+"""Packaging for torch_dml_ops.
+
+The repository keeps the Triton kernels in a top-level ``triton_kernels/`` folder (the design
+card's layout), but it is installed as ``torch_dml_ops.triton_kernels``: PyPI's ``triton-kernels``
+distribution, and triton's own ``python/triton_kernels``, install a top-level package of that
+name, and two distributions owning the same files would shadow each other.  ``package_dir`` maps
+the folder under our package, so the wheel holds exactly one top-level package, ``torch_dml_ops``
+(tests/test_packaging.py checks it); the kernels use relative imports only.
+"""
+from setuptools import setup
+
+setup(
+    name="torch_dml_ops",
+    version="0.1.0",
+    description="DirectML's GatherND, ScatterND and TopK1 as PyTorch operators "
+                "(Triton GPU kernels, portable torch fallback, autograd, torch.compile/export)",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=["torch_dml_ops", "torch_dml_ops.triton_kernels"],
+    package_dir={"torch_dml_ops": "torch_dml_ops", "torch_dml_ops.triton_kernels": "triton_kernels"},
+    # torch.library.triton_op / register_fake / register_autograd / opcheck: torch 2.6 and newer.
+    install_requires=["torch>=2.6", "numpy"],
+    extras_require={
+        # Triton is optional: without it the portable path runs everywhere.
+        "triton": ["triton>=3.0"],
+        "test": ["pytest", "hypothesis", "triton>=3.0"],
+    },
+    license="MIT",
+)

@@ -1,0 +1,21 @@
+"""torch_dml_ops: DirectML's GatherND, ScatterND and TopK1 as PyTorch operators.
+
+Importing the package registers the ops in the ``torch_dml_ops`` namespace
+(``torch.ops.torch_dml_ops.*``) and exposes their public functions.
+"""
+from ._validation import (ConstraintError, ConstraintTypeError, FEATURE_LEVELS, feature_level,
+                          get_feature_level)
+from ._backend import available_backends
+from .gather_nd import gather_nd
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "gather_nd",
+    "feature_level",
+    "get_feature_level",
+    "FEATURE_LEVELS",
+    "ConstraintError",
+    "ConstraintTypeError",
+    "available_backends",
+]

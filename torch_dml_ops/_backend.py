@@ -1,0 +1,75 @@
+"""Which implementation runs a call: the portable torch path or the Triton kernel.
+
+``TORCH_DML_OPS_BACKEND`` (read at every call, by the real kernel, never by traced code):
+  ``auto`` (default)  Triton for CUDA tensors when triton imports, the portable path otherwise;
+  ``torch``           always the portable path;
+  ``triton``          always the Triton kernel; CPU tensors need ``TRITON_INTERPRET=1``.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+BACKENDS = ("auto", "torch", "triton")
+
+
+@functools.lru_cache(maxsize=None)
+def triton_import_error() -> str:
+    """Empty string when the Triton kernels import, else why not."""
+    try:
+        from . import triton_kernels  # noqa: F401
+    except Exception as e:  # ImportError, or a triton build that cannot initialise here
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+def triton_available() -> bool:
+    return triton_import_error() == ""
+
+
+def requested_backend() -> str:
+    mode = os.environ.get("TORCH_DML_OPS_BACKEND", "auto").strip().lower() or "auto"
+    if mode not in BACKENDS:
+        raise ValueError(
+            f"TORCH_DML_OPS_BACKEND={mode!r} is not one of {', '.join(BACKENDS)}"
+        )
+    return mode
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def use_triton(device: torch.device) -> bool:
+    """Decide for one call on tensors living on ``device``."""
+    mode = requested_backend()
+    if mode == "torch":
+        return False
+    if mode == "auto":
+        return device.type == "cuda" and triton_available()
+    # mode == "triton": forced
+    if not triton_available():
+        raise RuntimeError(
+            f"TORCH_DML_OPS_BACKEND=triton but the Triton kernels cannot be imported "
+            f"({triton_import_error()})"
+        )
+    if device.type == "cpu" and not interpreting():
+        raise RuntimeError(
+            "TORCH_DML_OPS_BACKEND=triton on CPU tensors needs TRITON_INTERPRET=1 (set before "
+            "triton is imported) to run the kernels in triton's interpreter"
+        )
+    return True
+
+
+def available_backends() -> list:
+    """(name, device, why) for every backend that can run here, for the demo and the benchmarks."""
+    rows = [("torch", "cpu", "portable path")]
+    if torch.cuda.is_available():
+        rows.append(("torch", "cuda", "portable path"))
+        if triton_available():
+            rows.append(("triton", "cuda", "compiled Triton kernel"))
+    if triton_available() and interpreting():
+        rows.append(("triton", "cpu", "Triton interpreter (TRITON_INTERPRET=1)"))
+    return rows

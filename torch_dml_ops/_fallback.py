@@ -1,0 +1,140 @@
+"""Portable implementations built from torch ops only (CPU, and any device torch runs on).
+
+Each function receives tensors that already passed the metadata checks of ``_validation`` and the
+layout computed by ``_forms``; it does the data-dependent index-range check itself (one host sync,
+which the ``check_indices=False`` switch skips).
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import torch
+
+from ._forms import GatherLayout, prod
+from ._validation import SIGNED_INDEX_DTYPES, raise_index_error
+
+# torch's index kernels refuse the unsigned types: move them as same-width signed integers (the
+# gather is a bit-exact copy, so the reinterpretation is lossless).
+_MOVE_AS = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+
+
+def as_movable(t: torch.Tensor) -> torch.Tensor:
+    alias = _MOVE_AS.get(t.dtype)
+    return t if alias is None else t.view(alias)
+
+
+def index_matrix(indices: torch.Tensor, n_tuples: int, k: int, small: bool) -> torch.Tensor:
+    """Indices as a ``[n_tuples, k]`` signed tensor that index kernels accept.
+
+    uint64 is reinterpreted (values >= 2**63 turn negative, which the range check rejects for an
+    unsigned type); uint32 widens to int64; int32 stays int32 when every linear offset fits
+    (``small``), which halves the bytes moved.
+    """
+    dt = indices.dtype
+    idx = indices.reshape(n_tuples, k)
+    if dt == torch.int64 or (dt == torch.int32 and small):
+        return idx
+    if dt == torch.uint64:
+        return idx.view(torch.int64)
+    return idx.to(torch.int64)
+
+
+def first_bad_position(idx2: torch.Tensor, sizes: Sequence[int], signed: bool) -> int:
+    size_t = torch.tensor(list(sizes), dtype=idx2.dtype, device=idx2.device)
+    lo = -size_t if signed else torch.zeros_like(size_t)
+    bad = (idx2 < lo) | (idx2 >= size_t)
+    return int(bad.reshape(-1).nonzero()[0, 0])
+
+
+def check_and_wrap_plan(op: str, indices: torch.Tensor, idx2: torch.Tensor, sizes: Sequence[int],
+                        signed: bool, check: bool, dim_names: Sequence[str]) -> List[bool]:
+    """Range-check the index matrix (one reduction and one host sync); say which columns hold
+    negative indices that must wrap.  Without ``check`` every signed column is wrapped blindly."""
+    k = len(sizes)
+    if not check or idx2.numel() == 0:
+        return [signed and idx2.numel() > 0] * k
+    mn, mx = torch.aminmax(idx2, dim=0)
+    mn, mx = mn.tolist(), mx.tolist()
+    for j in range(k):
+        lo = -sizes[j] if signed else 0
+        if mn[j] < lo or mx[j] >= sizes[j]:
+            pos = first_bad_position(idx2, sizes, signed)
+            raise_index_error(op, indices, pos, indices.shape, sizes, dim_names, signed, k)
+    return [signed and mn[j] < 0 for j in range(k)]
+
+
+def linear_rows(idx2: torch.Tensor, sizes: Sequence[int], wrap: Sequence[bool], batch: int,
+                per_batch: int) -> torch.Tensor:
+    """Row number of each tuple in the input viewed as ``[batch * prod(sizes), slice]``."""
+    k = len(sizes)
+    cols = []
+    for j in range(k):
+        c = idx2[:, j]
+        if wrap[j]:
+            c = torch.where(c < 0, c + sizes[j], c)
+        cols.append(c)
+    lin = cols[k - 1]
+    owned = wrap[k - 1]
+    stride = 1
+    for j in range(k - 2, -1, -1):
+        stride *= sizes[j + 1]
+        if owned:
+            lin.add_(cols[j], alpha=stride)
+        else:
+            lin = torch.add(lin, cols[j], alpha=stride)
+            owned = True
+    if batch > 1:
+        rows_per_batch = stride * sizes[0]
+        base = torch.arange(batch, dtype=lin.dtype, device=lin.device).mul_(rows_per_batch)
+        lin = torch.add(lin.view(batch, per_batch), base.unsqueeze(1)).view(-1)
+    elif lin.stride(0) != 1:
+        lin = lin.contiguous()
+    return lin
+
+
+def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayout, check: bool,
+                    out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """gather_nd with torch ops: linearize the index tuples, then one ``index_select`` of rows."""
+    op = "gather_nd"
+    b, k = lay.batch_dims, lay.k
+    sizes = lay.index_sizes
+    batch, rows, slice_len, n_tuples = lay.batch, prod(sizes), lay.slice_len, lay.n_tuples
+    if out is None:
+        out = torch.empty(lay.out_shape, dtype=input.dtype, device=input.device)
+    signed = indices.dtype in SIGNED_INDEX_DTYPES
+    small = batch * rows < 2**31
+    idx2 = index_matrix(indices, n_tuples, k, small)
+    names = [f"InputTensor dimension {d}" for d in range(b, b + k)]
+    if lay.dml_form:
+        pad = input.dim() - len(lay.natural_input_shape)
+        names = [f"InputTensor dimension {d + pad}" for d in range(b, b + k)]
+    wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, check, names)
+    if out.numel() == 0:
+        return out
+    per_batch = n_tuples // batch if batch > 0 else 0
+    src_nat = input.view(lay.natural_input_shape) if input.is_contiguous() else None
+    if src_nat is not None:
+        lin = linear_rows(idx2, sizes, wrap, batch, per_batch)
+        src = as_movable(src_nat).reshape(batch * rows, slice_len)
+        dst = as_movable(out)
+        if dst.is_contiguous():
+            if slice_len == 1:
+                torch.index_select(src.view(-1), 0, lin, out=dst.view(-1))
+            else:
+                torch.index_select(src, 0, lin, out=dst.view(n_tuples, slice_len))
+        else:
+            dst.copy_(torch.index_select(src, 0, lin).view(dst.shape))
+        return out
+    # Non-contiguous input: advanced indexing reads through the strides, no copy of the input.
+    # (dropping DML padding and merging the batch dims are views in all but exotic layouts)
+    src = as_movable(input).reshape((batch,) + tuple(sizes) + tuple(lay.slice_shape))
+    coords = []
+    for j in range(k):
+        c = idx2[:, j].reshape(batch, per_batch).long()
+        if wrap[j]:
+            c = torch.where(c < 0, c + sizes[j], c)
+        coords.append(c)
+    bidx = torch.arange(batch, device=input.device).unsqueeze(1)
+    res = src[(bidx, *coords)]
+    as_movable(out).copy_(res.reshape(out.shape))
+    return out

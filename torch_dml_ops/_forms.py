@@ -1,0 +1,157 @@
+"""Natural <-> DML (padded) form normalisation and output-shape arithmetic.
+
+Natural form: tensors carry only their meaningful dimensions (ONNX / TensorFlow / JAX).
+DML form: every tensor has the same DimensionCount N, padded on the left with 1s; the
+``*_dimension_count`` arguments say how many trailing dimensions are meaningful, and results are
+right-aligned into N dimensions (spec README, "The two ways to call an operator").
+
+Shapes here may hold SymInts (dynamic shapes under torch.compile): only arithmetic and comparisons
+are used, which guard as needed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+from ._validation import ConstraintError
+
+
+def prod(xs) -> int:
+    p = 1
+    for x in xs:
+        p = p * x
+    return p
+
+
+def strip_padding(op: str, name: str, count_name: str, shape: Sequence[int], count: int) -> tuple:
+    """The meaningful trailing ``count`` dims of a DML-form shape; the dropped ones must be 1."""
+    n = len(shape)
+    # spec DML_GATHER_ND.md / spec README 2: the count ranges over [1, DimensionCount].
+    if not 1 <= count <= n:
+        raise ConstraintError(
+            f"{op}: {count_name} must be in [1, {name}.DimensionCount = {n}], got {count}"
+        )
+    lead = tuple(shape[: n - count])
+    for d, s in enumerate(lead):
+        if s != 1:
+            raise ConstraintError(
+                f"{op}: {name} has size {s} in dimension {d}, which {count_name}={count} marks as a "
+                f"leading padding dimension; padding dimensions must have size 1 (sizes {tuple(shape)})"
+            )
+    return tuple(shape[n - count:])
+
+
+def right_align(op: str, name: str, shape: tuple, n: int) -> tuple:
+    """Pad a natural-form result with leading 1s to DimensionCount ``n``."""
+    if len(shape) > n:
+        raise ConstraintError(
+            f"{op}: {name} needs {len(shape)} dimensions {tuple(shape)}, more than the DimensionCount "
+            f"{n} of the DML-form inputs"
+        )
+    return (1,) * (n - len(shape)) + tuple(shape)
+
+
+@dataclass(frozen=True)
+class GatherLayout:
+    """Where a gather_nd / scatter_nd call reads and writes, in the natural form.
+
+    ``input`` is viewed as ``[batch, *index_sizes, *slice_shape]`` and ``indices`` as
+    ``[batch, tuples_per_batch, k]``; tuple t of batch b selects the slice
+    ``input[b, idx[b, t, 0], ..., idx[b, t, k-1]]``.
+    """
+    dml_form: bool
+    natural_input_shape: tuple
+    natural_indices_shape: tuple
+    batch_dims: int
+    k: int
+    out_shape: tuple            # what the op returns (padded in the DML form)
+    natural_out_shape: tuple
+
+    @property
+    def batch(self) -> int:
+        return prod(self.natural_input_shape[: self.batch_dims])
+
+    @property
+    def index_sizes(self) -> tuple:
+        return self.natural_input_shape[self.batch_dims: self.batch_dims + self.k]
+
+    @property
+    def slice_shape(self) -> tuple:
+        return self.natural_input_shape[self.batch_dims + self.k:]
+
+    @property
+    def slice_len(self) -> int:
+        return prod(self.slice_shape)
+
+    @property
+    def n_tuples(self) -> int:
+        return prod(self.natural_indices_shape[:-1])
+
+
+def gather_layout(op: str, input_shape: Sequence[int], indices_shape: Sequence[int], batch_dims: int,
+                  input_dimension_count: Optional[int], indices_dimension_count: Optional[int],
+                  updates_name: Optional[str] = None) -> GatherLayout:
+    """Normalise a gather_nd / scatter_nd call and compute its (natural and returned) result shape.
+
+    ``updates_name`` names the tensor whose shape the formula gives (``OutputTensor`` for gather,
+    ``UpdatesTensor`` for scatter) in error messages.
+    """
+    result_name = updates_name or "OutputTensor"
+    input_shape = tuple(input_shape)
+    indices_shape = tuple(indices_shape)
+    dml = input_dimension_count is not None or indices_dimension_count is not None
+    if dml:
+        if input_dimension_count is None or indices_dimension_count is None:
+            raise ConstraintError(
+                f"{op}: the DML form needs both input_dimension_count and indices_dimension_count "
+                f"(got {input_dimension_count} and {indices_dimension_count}); pass neither for the "
+                f"natural form"
+            )
+        n = len(input_shape)
+        # spec DML_GATHER_ND.md IndicesTensor: "The DimensionCount of this tensor must match
+        # InputTensor.DimensionCount."
+        if len(indices_shape) != n:
+            raise ConstraintError(
+                f"{op}: in the DML form IndicesTensor.DimensionCount must equal "
+                f"InputTensor.DimensionCount ({n}), got {len(indices_shape)} (sizes {indices_shape})"
+            )
+        nat_in = strip_padding(op, "InputTensor", "input_dimension_count", input_shape,
+                               input_dimension_count)
+        nat_idx = strip_padding(op, "IndicesTensor", "indices_dimension_count", indices_shape,
+                                indices_dimension_count)
+    else:
+        nat_in, nat_idx = input_shape, indices_shape
+
+    r, q = len(nat_in), len(nat_idx)
+    if r < 1:
+        raise ConstraintError(f"{op}: InputTensor must have at least 1 dimension, got shape {nat_in}")
+    if q < 1:
+        raise ConstraintError(
+            f"{op}: IndicesTensor must have at least 1 dimension (its last one is the index-tuple "
+            f"size), got shape {nat_idx}"
+        )
+    # ONNX GatherND: 0 <= batch_dims < min(q, r).
+    if not isinstance(batch_dims, int) or batch_dims < 0 or batch_dims >= min(q, r):
+        raise ConstraintError(
+            f"{op}: batch_dims (BatchDimensionCount) must be in [0, min(IndicesTensor rank {q}, "
+            f"InputTensor rank {r})), got {batch_dims}"
+        )
+    k = int(nat_idx[-1])
+    # spec DML_GATHER_ND.md: the tuple size "cannot exceed InputTensor.DimensionCount"; ONNX:
+    # 1 <= indices.shape[-1] <= r - batch_dims.
+    if not 1 <= k <= r - batch_dims:
+        raise ConstraintError(
+            f"{op}: IndicesTensor's last dimension is the index-tuple size and must be in "
+            f"[1, {r - batch_dims}] (InputTensor rank {r} minus batch_dims {batch_dims}), got {k} "
+            f"(IndicesTensor sizes {indices_shape})"
+        )
+    for d in range(batch_dims):
+        if nat_idx[d] != nat_in[d]:
+            raise ConstraintError(
+                f"{op}: batch dimension {d} differs: IndicesTensor has {nat_idx[d]}, InputTensor has "
+                f"{nat_in[d]} (the first batch_dims={batch_dims} dimensions must match)"
+            )
+    # spec README 1: the trailing segment starts after the indexed dimensions.
+    nat_out = tuple(nat_idx[:-1]) + tuple(nat_in[batch_dims + k:])
+    out_shape = right_align(op, result_name, nat_out, len(input_shape)) if dml else nat_out
+    return GatherLayout(dml, tuple(nat_in), tuple(nat_idx), batch_dims, k, out_shape, nat_out)

@@ -1,0 +1,338 @@
+"""Metadata checks shared by every operator, every backend and the fake kernels.
+
+Everything here reads metadata only (shapes, dtypes, devices, dimension counts, the feature-level
+argument), so the same function runs in the fake kernel at trace time and in the real kernel at run
+time, and compiled and eager calls fail alike.  The one data-dependent check, the index range, is
+performed by the kernels; :func:`raise_index_error` turns what they found into an ``IndexError``.
+
+Rules cite the page they come from: ``spec <page>`` is a DirectML page in ``shared/spec``,
+``spec README n`` is item n of that folder's list of contradictions.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Iterator, Optional, Sequence
+
+import torch
+
+__all__ = [
+    "ConstraintError",
+    "ConstraintTypeError",
+    "feature_level",
+    "get_feature_level",
+    "normalize_feature_level",
+    "FEATURE_LEVELS",
+]
+
+
+class ConstraintError(ValueError):
+    """A documented tensor constraint of the operator (or of the active feature level) is violated.
+
+    The message names the tensor (``InputTensor``, ``IndicesTensor`` ...), the rule, the feature
+    level and the offending value.
+    """
+
+
+class ConstraintTypeError(ConstraintError, TypeError):
+    """A data type that the operator (or the active feature level) does not support.
+
+    Both a :class:`ConstraintError` (so a ``ValueError``) and a ``TypeError``, which is what torch
+    raises for unsupported dtypes.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Feature levels
+# ---------------------------------------------------------------------------------------------
+
+#: The permissive default: every dtype this library supports, any rank, negative indices.
+PERMISSIVE = "permissive"
+#: DirectML feature levels whose tables we enforce, oldest first.
+FEATURE_LEVELS = ("2_1", "3_0", "3_1")
+
+_ALIASES = {lvl: lvl for lvl in FEATURE_LEVELS}
+_ALIASES.update({lvl.replace("_", "."): lvl for lvl in FEATURE_LEVELS})
+_ALIASES.update({"FEATURE_LEVEL_" + lvl: lvl for lvl in FEATURE_LEVELS})
+_ALIASES.update({"DML_FEATURE_LEVEL_" + lvl: lvl for lvl in FEATURE_LEVELS})
+_ALIASES.update({PERMISSIVE: PERMISSIVE, "": PERMISSIVE, "default": PERMISSIVE})
+
+_current_level: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "torch_dml_ops_feature_level", default=PERMISSIVE
+)
+
+
+def normalize_feature_level(level: Optional[str]) -> str:
+    """Canonical spelling of a feature level: ``"2_1"``, ``"3_0"``, ``"3_1"`` or ``"permissive"``.
+
+    Accepts ``None`` (permissive), ``"2.1"``, ``"FEATURE_LEVEL_2_1"``, ``"DML_FEATURE_LEVEL_2_1"``.
+    """
+    if level is None:
+        return PERMISSIVE
+    if not isinstance(level, str):
+        raise TypeError(f"feature level must be a str or None, got {type(level).__name__}")
+    key = level.strip()
+    canon = _ALIASES.get(key, _ALIASES.get(key.upper()))
+    if canon is None:
+        raise ValueError(
+            f"unknown DirectML feature level {level!r}: expected one of "
+            f"{', '.join(FEATURE_LEVELS)} or None (permissive)"
+        )
+    return canon
+
+
+@contextlib.contextmanager
+def feature_level(level: Optional[str]) -> Iterator[str]:
+    """Enforce the tensor-support tables of a DirectML feature level inside the ``with`` block.
+
+    ``with tdo.feature_level("2_1"): ...`` makes every op called in the block (in this thread or
+    asyncio task) check its inputs against the tables of ``DML_FEATURE_LEVEL_2_1``: data types,
+    index types, dimension counts, negative indices, batch dimensions.  ``None`` restores the
+    permissive default.  The level is read once by the public function and passed to the
+    registered op as its ``feature_level`` argument.
+    """
+    token = _current_level.set(normalize_feature_level(level))
+    try:
+        yield _current_level.get()
+    finally:
+        _current_level.reset(token)
+
+
+def get_feature_level() -> str:
+    """The feature level in force here (``"permissive"`` outside any ``feature_level`` block)."""
+    return _current_level.get()
+
+
+def level_at_least(level: str, minimum: str) -> bool:
+    """Whether an explicit level is ``minimum`` or newer (the permissive level counts as newest)."""
+    if level == PERMISSIVE:
+        return True
+    return FEATURE_LEVELS.index(level) >= FEATURE_LEVELS.index(minimum)
+
+
+def level_name(level: str) -> str:
+    return "permissive default" if level == PERMISSIVE else f"DML_FEATURE_LEVEL_{level}"
+
+
+def check_level_argument(level: str) -> None:
+    """The op's ``feature_level`` argument, as passed to ``torch.ops.torch_dml_ops.*``."""
+    if level not in _ALIASES or _ALIASES[level] != level:
+        raise ValueError(
+            f"feature_level argument {level!r} is not a canonical feature level: expected one of "
+            f"{', '.join(FEATURE_LEVELS)} or {PERMISSIVE!r}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Data types
+# ---------------------------------------------------------------------------------------------
+
+# spec DML_GATHER_ND.md / DML_SCATTER_ND.md / DML_TOP_K1.md, "Tensor support": the same eight data
+# types at every level.
+DML_DATA_DTYPES = (
+    torch.float32, torch.float16, torch.int32, torch.int16, torch.int8,
+    torch.uint32, torch.uint16, torch.uint8,
+)
+#: What the permissive level accepts: DML's types plus the ones torch users have.
+DATA_DTYPES = DML_DATA_DTYPES + (torch.float64, torch.bfloat16, torch.int64, torch.bool)
+#: spec DML_GATHER_ND.md, IndicesTensor at FEATURE_LEVEL_3_0 and above.
+INDEX_DTYPES = (torch.int64, torch.int32, torch.uint64, torch.uint32)
+#: spec DML_GATHER_ND.md, IndicesTensor at FEATURE_LEVEL_2_1.
+INDEX_DTYPES_2_1 = (torch.uint32,)
+SIGNED_INDEX_DTYPES = (torch.int64, torch.int32)
+
+_DML_TYPE_NAMES = {
+    torch.float32: "FLOAT32", torch.float16: "FLOAT16", torch.float64: "FLOAT64",
+    torch.bfloat16: "BFLOAT16 (no DML equivalent)", torch.int64: "INT64", torch.int32: "INT32",
+    torch.int16: "INT16", torch.int8: "INT8", torch.uint64: "UINT64", torch.uint32: "UINT32",
+    torch.uint16: "UINT16", torch.uint8: "UINT8", torch.bool: "BOOL (no DML equivalent)",
+}
+
+
+def _type_list(dtypes: Sequence[torch.dtype]) -> str:
+    return ", ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+def dml_type_name(dtype: torch.dtype) -> str:
+    return _DML_TYPE_NAMES.get(dtype, str(dtype))
+
+
+def check_data_dtype(op: str, tensor_name: str, dtype: torch.dtype, level: str) -> None:
+    allowed = DATA_DTYPES if level == PERMISSIVE else DML_DATA_DTYPES
+    if dtype not in allowed:
+        raise ConstraintTypeError(
+            f"{op}: {tensor_name} has dtype {dtype} ({dml_type_name(dtype)}), which is not a "
+            f"supported data type at the {level_name(level)}; supported: {_type_list(allowed)}"
+        )
+
+
+def check_index_dtype(op: str, tensor_name: str, dtype: torch.dtype, level: str) -> None:
+    allowed = INDEX_DTYPES_2_1 if level == "2_1" else INDEX_DTYPES
+    if dtype not in allowed:
+        hint = ""
+        if level == "2_1" and dtype in INDEX_DTYPES:
+            hint = " (signed and 64-bit indices, and so negative indices, arrive at DML_FEATURE_LEVEL_3_0)"
+        raise ConstraintTypeError(
+            f"{op}: {tensor_name} has dtype {dtype} ({dml_type_name(dtype)}), which is not a "
+            f"supported index type at the {level_name(level)}; supported: {_type_list(allowed)}{hint}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Dimension counts
+# ---------------------------------------------------------------------------------------------
+
+def dimension_count_rule(level: str, full_rank_from: str) -> Optional[tuple]:
+    """(min, max) DimensionCount at ``level`` for an op whose 1..8 table starts at ``full_rank_from``.
+
+    ``None`` for the permissive level (no limit).
+    """
+    if level == PERMISSIVE:
+        return None
+    if level_at_least(level, full_rank_from):
+        return (1, 8)
+    return (4, 4)
+
+
+def check_dml_dimension_count(op: str, names: Sequence[str], ranks: Sequence[int], level: str,
+                              full_rank_from: str) -> None:
+    """DML form: every tensor has the same DimensionCount, within the level's table."""
+    # spec DML_GATHER_ND.md "Tensor constraints": the tensors have the same DimensionCount.
+    for name, rank in zip(names[1:], ranks[1:]):
+        if rank != ranks[0]:
+            raise ConstraintError(
+                f"{op}: in the DML form {name}.DimensionCount must equal {names[0]}.DimensionCount "
+                f"({ranks[0]}), got {rank}"
+            )
+    rule = dimension_count_rule(level, full_rank_from)
+    if rule is not None and not (rule[0] <= ranks[0] <= rule[1]):
+        want = str(rule[0]) if rule[0] == rule[1] else f"{rule[0]} to {rule[1]}"
+        raise ConstraintError(
+            f"{op}: {names[0]}.DimensionCount must be {want} at {level_name(level)}, got "
+            f"{ranks[0]} (in the DML form every tensor has exactly the level's DimensionCount)"
+        )
+
+
+def check_natural_ranks(op: str, names: Sequence[str], ranks: Sequence[int], level: str,
+                        full_rank_from: str) -> None:
+    """Natural form: each tensor is padded with leading 1s, so it needs at most the level's count."""
+    rule = dimension_count_rule(level, full_rank_from)
+    if rule is None:
+        return
+    for name, rank in zip(names, ranks):
+        if rank > rule[1]:
+            raise ConstraintError(
+                f"{op}: {name} has {rank} dimensions; at {level_name(level)} the DimensionCount is "
+                f"{rule[1] if rule[0] == rule[1] else f'{rule[0]} to {rule[1]}'}, so a natural-form "
+                f"tensor may have at most {rule[1]} dimensions (it is padded with leading 1s)"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Misc shared checks
+# ---------------------------------------------------------------------------------------------
+
+def check_same_device(op: str, named: Sequence[tuple]) -> None:
+    first_name, first = named[0]
+    for name, t in named[1:]:
+        if t.device != first.device:
+            raise ValueError(
+                f"{op}: {name} is on {t.device} but {first_name} is on {first.device}; "
+                f"all tensors must be on the same device"
+            )
+
+
+def _byte_span(t: torch.Tensor) -> tuple:
+    """[start, end) byte addresses that a strided tensor may touch (empty span for numel 0)."""
+    if t.numel() == 0:
+        return (0, 0)
+    start = t.data_ptr()
+    extent = 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
+    return (start, start + extent * t.element_size())
+
+
+def check_out(op: str, out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype,
+              device: torch.device, inputs: Sequence[tuple]) -> None:
+    """A preallocated ``out=`` tensor: exact shape, dtype and device, no overlap with any input."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{op}: out must be a Tensor, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"{op}: OutputTensor (out) has dtype {out.dtype}, expected {dtype} (the InputTensor's)")
+    if out.device != device:
+        raise ValueError(f"{op}: OutputTensor (out) is on {out.device}, expected {device}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{op}: OutputTensor (out) has shape {tuple(out.shape)}, expected {tuple(shape)}")
+    if out.numel() > 1 and any(st == 0 for s, st in zip(out.shape, out.stride()) if s > 1):
+        raise ValueError(f"{op}: OutputTensor (out) has internal overlap (a zero stride); "
+                         f"it must not alias itself")
+    o_start, o_end = _byte_span(out)
+    if o_start == o_end:
+        return
+    for name, t in inputs:
+        t_start, t_end = _byte_span(t)
+        if t_start < o_end and o_start < t_end:
+            raise ValueError(f"{op}: OutputTensor (out) overlaps {name} in memory; pass a separate buffer")
+
+
+def raise_index_error(op: str, indices: torch.Tensor, flat_position: int, index_tensor_shape,
+                      dim_sizes: Sequence[int], dim_names: Sequence[str], signed: bool,
+                      tuple_size: int) -> None:
+    """Turn the flat position of an offending index coordinate into an ``IndexError``.
+
+    ``flat_position`` is the row-major position in ``indices`` (its logical shape
+    ``index_tensor_shape``); coordinate ``flat_position % tuple_size`` addresses ``dim_sizes[j]``.
+    """
+    j = flat_position % tuple_size
+    value = indices.reshape(-1)[flat_position].item()
+    pos = []
+    rem = flat_position
+    for s in reversed(list(index_tensor_shape)):
+        pos.append(rem % s)
+        rem //= s
+    pos = tuple(reversed(pos))
+    size = dim_sizes[j]
+    valid = f"[{-size}, {size - 1}]" if signed else f"[0, {size - 1}]"
+    if size == 0:
+        valid = "none: the dimension is empty"
+    neg = "" if signed else f" (index type {indices.dtype} is unsigned: no negative indices)"
+    raise IndexError(
+        f"{op}: IndicesTensor value {value} at position {pos} is out of range for "
+        f"{dim_names[j]} of size {size}; valid range {valid}{neg}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-operator checks
+# ---------------------------------------------------------------------------------------------
+
+from ._forms import GatherLayout, gather_layout  # noqa: E402  (needs ConstraintError above)
+
+
+def check_gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int,
+                    input_dimension_count: Optional[int], indices_dimension_count: Optional[int],
+                    level: str) -> GatherLayout:
+    """Every metadata rule of DML_GATHER_ND / DML_GATHER_ND1 at ``level``; returns the layout."""
+    op = "gather_nd"
+    check_level_argument(level)
+    if input.device != indices.device:
+        check_same_device(op, (("InputTensor", input), ("IndicesTensor", indices)))
+    check_data_dtype(op, "InputTensor", input.dtype, level)
+    check_index_dtype(op, "IndicesTensor", indices.dtype, level)
+    lay = gather_layout(op, input.shape, indices.shape, batch_dims, input_dimension_count,
+                        indices_dimension_count)
+    if level != PERMISSIVE:
+        if lay.dml_form:
+            check_dml_dimension_count(op, ("InputTensor", "IndicesTensor"),
+                                      (input.dim(), indices.dim()), level, "3_0")
+        else:
+            check_natural_ranks(op, ("InputTensor", "IndicesTensor", "OutputTensor"),
+                                (input.dim(), indices.dim(), len(lay.out_shape)), level, "3_0")
+        # spec DML_GATHER_ND.md Remarks: BatchDimensionCount belongs to DML_GATHER_ND1, which
+        # was introduced in DML_FEATURE_LEVEL_3_0.
+        if batch_dims != 0 and not level_at_least(level, "3_0"):
+            raise ConstraintError(
+                f"{op}: batch_dims={batch_dims} needs DML_OPERATOR_GATHER_ND1 "
+                f"(BatchDimensionCount), introduced in DML_FEATURE_LEVEL_3_0; the active level is "
+                f"{level_name(level)}"
+            )
+    return lay

@@ -1,0 +1,243 @@
+"""gather_nd: DML_OPERATOR_GATHER_ND / GATHER_ND1 (= ONNX GatherND, TF gather_nd) as a torch op.
+
+Layers (each greppable by suffix):
+  ``gather_nd``                  public function: reads the feature level, handles ``out=``
+  ``torch_dml_ops::gather_nd``   the registered op (schema below), ``_gather_nd_impl`` its kernel
+  ``_gather_nd_fake``            shapes only, for FakeTensor / meta / torch.compile / export
+  ``_gather_nd_backward``        autograd: a scatter-add, itself a registered op with a backward
+  ``gather_nd_torch``            portable path (``_fallback.py``)
+  ``gather_nd_triton``           Triton launcher (``triton_kernels/gather_nd.py``)
+
+Registration: ``torch.library`` schema + a CompositeExplicitAutograd kernel (one Python kernel for
+every device, which picks the backend at run time) + ``register_fake`` + ``register_autograd``.
+The op is opaque to torch.compile, so a compiled graph calls the same kernel on CPU and CUDA and
+its behaviour does not depend on the device (``triton_op`` would trace the body into Inductor,
+which then has to be fake-traceable, and the data-dependent index check is not).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import _backend
+from ._fallback import (as_movable, check_and_wrap_plan, gather_nd_torch, index_matrix,
+                        linear_rows)
+from ._forms import GatherLayout, gather_layout, prod
+from ._library import lib
+from ._validation import (SIGNED_INDEX_DTYPES, _current_level, check_gather_nd, check_out,
+                          raise_index_error)
+
+__all__ = ["gather_nd"]
+
+_ARGS = ("Tensor input, Tensor indices, int batch_dims=0, int? input_dimension_count=None, "
+         "int? indices_dimension_count=None, str feature_level='permissive', "
+         "bool check_indices=True")
+# Functional op: what autograd, compile and export see.
+lib.define(f"gather_nd({_ARGS}) -> Tensor")
+# out= variant: writes into a preallocated output (no autograd, like torch's out= ops).
+lib.define(f"gather_nd_out({_ARGS}, *, Tensor(a!) out) -> ()")
+# Backward: scatter-add of the output gradient into zeros of the input's shape.
+lib.define("gather_nd_backward(Tensor grad, Tensor indices, SymInt[] input_shape, int batch_dims, "
+           "int? input_dimension_count, int? indices_dimension_count) -> Tensor")
+
+
+def _index_dim_names(input_rank: int, lay: GatherLayout) -> list:
+    pad = input_rank - len(lay.natural_input_shape)
+    return [f"InputTensor dimension {d + pad}" for d in range(lay.batch_dims, lay.batch_dims + lay.k)]
+
+
+def _gather_into(out: torch.Tensor, input: torch.Tensor, indices: torch.Tensor, lay: GatherLayout,
+                 check: bool) -> torch.Tensor:
+    """Run the chosen backend; ``out`` has the op's result shape."""
+    if not _backend.use_triton(input.device):
+        return gather_nd_torch(input, indices, lay, check, out)
+    from .triton_kernels import gather_nd_triton
+    flag = gather_nd_triton(out, input.reshape(lay.natural_input_shape),
+                            indices.reshape(lay.natural_indices_shape), lay.batch_dims, check)
+    if flag is not None:
+        pos = int(flag.item())   # the one host sync of a checked call
+        if pos != 2**63 - 1:
+            raise_index_error("gather_nd", indices, pos, indices.shape, lay.index_sizes,
+                              _index_dim_names(input.dim(), lay),
+                              indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
+    return out
+
+
+def _gather_nd_impl(input, indices, batch_dims=0, input_dimension_count=None,
+                    indices_dimension_count=None, feature_level="permissive", check_indices=True):
+    lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
+                          indices_dimension_count, feature_level)
+    out = torch.empty(lay.out_shape, dtype=input.dtype, device=input.device)
+    return _gather_into(out, input, indices, lay, check_indices)
+
+
+def _gather_nd_out_impl(input, indices, batch_dims=0, input_dimension_count=None,
+                        indices_dimension_count=None, feature_level="permissive",
+                        check_indices=True, *, out):
+    lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
+                          indices_dimension_count, feature_level)
+    check_out("gather_nd", out, lay.out_shape, input.dtype, input.device,
+              (("InputTensor", input), ("IndicesTensor", indices)))
+    _gather_into(out, input, indices, lay, check_indices)
+
+
+def _gather_nd_fake(input, indices, batch_dims=0, input_dimension_count=None,
+                    indices_dimension_count=None, feature_level="permissive", check_indices=True):
+    lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
+                          indices_dimension_count, feature_level)
+    return input.new_empty(lay.out_shape)
+
+
+def _gather_nd_out_fake(input, indices, batch_dims=0, input_dimension_count=None,
+                        indices_dimension_count=None, feature_level="permissive",
+                        check_indices=True, *, out):
+    lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
+                          indices_dimension_count, feature_level)
+    if tuple(out.shape) != tuple(lay.out_shape) or out.dtype != input.dtype:
+        raise ValueError(f"gather_nd: OutputTensor (out) must have shape {tuple(lay.out_shape)} "
+                         f"and dtype {input.dtype}, got {tuple(out.shape)} and {out.dtype}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward: grad_input = scatter-add of grad at the gathered positions (duplicates accumulate).
+# ---------------------------------------------------------------------------------------------
+
+def _gather_nd_backward_impl(grad, indices, input_shape, batch_dims, input_dimension_count,
+                             indices_dimension_count):
+    lay = gather_layout("gather_nd", input_shape, indices.shape, batch_dims,
+                        input_dimension_count, indices_dimension_count)
+    sizes = lay.index_sizes
+    batch, rows, slice_len, n_tuples = lay.batch, prod(sizes), lay.slice_len, lay.n_tuples
+    grad_in = torch.zeros(batch * rows, slice_len, dtype=grad.dtype, device=grad.device)
+    if grad_in.numel() and n_tuples:
+        signed = indices.dtype in SIGNED_INDEX_DTYPES
+        idx2 = index_matrix(indices, n_tuples, lay.k, batch * rows < 2**31)
+        # The forward already range-checked these indices; this finds which columns wrap.
+        wrap = check_and_wrap_plan("gather_nd", indices, idx2, sizes, signed, True,
+                                   [f"dimension {d}" for d in range(lay.k)])
+        lin = linear_rows(idx2, sizes, wrap, batch, n_tuples // batch)
+        grad_in.index_add_(0, lin, grad.reshape(n_tuples, slice_len))
+    return grad_in.view(tuple(input_shape))
+
+
+def _gather_nd_backward_fake(grad, indices, input_shape, batch_dims, input_dimension_count,
+                             indices_dimension_count):
+    return grad.new_empty(tuple(input_shape))
+
+
+def _gather_nd_setup_context(ctx, inputs, output):
+    input, indices, batch_dims, idc_in, idc_idx = inputs[:5]
+    ctx.save_for_backward(indices)
+    ctx.input_shape = tuple(input.shape)
+    ctx.args = (batch_dims, idc_in, idc_idx)
+
+
+def _gather_nd_backward(ctx, grad):
+    (indices,) = ctx.saved_tensors
+    grad_input = None
+    if ctx.needs_input_grad[0]:
+        grad_input = torch.ops.torch_dml_ops.gather_nd_backward(
+            grad, indices, ctx.input_shape, *ctx.args)
+    return grad_input, None, None, None, None, None, None
+
+
+def _gather_nd_backward_setup_context(ctx, inputs, output):
+    grad, indices, input_shape, batch_dims, idc_in, idc_idx = inputs
+    ctx.save_for_backward(indices)
+    ctx.args = (batch_dims, idc_in, idc_idx)
+
+
+def _gather_nd_backward_backward(ctx, gg):
+    # gather_nd_backward is linear in grad: its adjoint is gather_nd itself.
+    (indices,) = ctx.saved_tensors
+    batch_dims, idc_in, idc_idx = ctx.args
+    g = None
+    if ctx.needs_input_grad[0]:
+        g = torch.ops.torch_dml_ops.gather_nd(gg, indices, batch_dims, idc_in, idc_idx,
+                                              "permissive", False)
+    return g, None, None, None, None, None
+
+
+# One kernel for every device; it picks Triton or the portable path per call.
+lib.impl("gather_nd", _gather_nd_impl, "CompositeExplicitAutograd")
+lib.impl("gather_nd_out", _gather_nd_out_impl, "CompositeExplicitAutograd")
+lib.impl("gather_nd_backward", _gather_nd_backward_impl, "CompositeExplicitAutograd")
+# Shapes without data: FakeTensor, meta, torch.compile, torch.export.
+torch.library.register_fake("torch_dml_ops::gather_nd", _gather_nd_fake, lib=lib)
+torch.library.register_fake("torch_dml_ops::gather_nd_out", _gather_nd_out_fake, lib=lib)
+torch.library.register_fake("torch_dml_ops::gather_nd_backward", _gather_nd_backward_fake, lib=lib)
+# First and second order gradients w.r.t. the input (indices are not differentiable).
+torch.library.register_autograd("torch_dml_ops::gather_nd", _gather_nd_backward,
+                                setup_context=_gather_nd_setup_context, lib=lib)
+torch.library.register_autograd("torch_dml_ops::gather_nd_backward", _gather_nd_backward_backward,
+                                setup_context=_gather_nd_backward_setup_context, lib=lib)
+
+_OP = torch.ops.torch_dml_ops.gather_nd.default
+_OUT_OP = torch.ops.torch_dml_ops.gather_nd_out.default
+
+
+def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *,
+              input_dimension_count: Optional[int] = None,
+              indices_dimension_count: Optional[int] = None,
+              check_indices: bool = True,
+              out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Gather slices of ``input`` addressed by the index tuples in ``indices``.
+
+    ``out[i_0, ..., i_{q-2}, ...] = input[b..., *indices[i_0, ..., i_{q-2}, :], ...]``: each
+    index tuple (the last dimension of ``indices``, of size ``k``) addresses dimensions
+    ``batch_dims .. batch_dims + k - 1`` of ``input`` and selects the whole trailing slice.
+
+    Natural form (ONNX GatherND, ``tf.gather_nd``): tensors carry only their meaningful dimensions
+    and ``out.shape == indices.shape[:-1] + input.shape[batch_dims + k:]``.
+
+    DML form (``input_dimension_count`` and ``indices_dimension_count`` given): ``input`` and
+    ``indices`` have the same DimensionCount N, padded with leading 1s; only their trailing
+    ``*_dimension_count`` dims are meaningful, and the result is right-aligned into N dims.
+
+    Args:
+        input: data, shape ``[*batch, *indexed(k), *slice]``. Data types: float32, float16,
+            bfloat16, float64, int64, int32, int16, int8, uint8, uint16, uint32, bool (the
+            DirectML levels allow float32, float16, int32, int16, int8, uint32, uint16, uint8).
+            Any strides.
+        indices: integer tuples, shape ``[*batch, ..., k]``, dtype int64, int32, uint64 or uint32.
+            Negative values of a signed type count from the end of their dimension.
+        batch_dims: leading dimensions shared by ``input`` and ``indices`` (DML_GATHER_ND1's
+            BatchDimensionCount; from DML_FEATURE_LEVEL_3_0).
+        input_dimension_count, indices_dimension_count: select the DML form.
+        check_indices: verify that every index is in range and raise ``IndexError`` otherwise
+            (costs one reduction over ``indices`` and one host sync).  With ``False`` the check
+            is skipped: results for out-of-range tuples are unspecified (the Triton kernel writes
+            zeros, the portable path may raise torch's own IndexError), but no kernel ever reads
+            or writes out of bounds.
+        out: optional preallocated result (exact shape, dtype, device; must not overlap the
+            inputs).  Not differentiable, like torch's ``out=`` functions.
+
+    Feature levels: inside ``with torch_dml_ops.feature_level("2_1"):`` the DirectML tables of that
+    level are enforced (see the README).
+
+    Raises:
+        ConstraintError (a ValueError): a shape, rank or feature-level rule is violated.
+        ConstraintTypeError (a ConstraintError and a TypeError): an unsupported dtype.
+        IndexError: an index is out of range (names its value and position).
+
+    Gradient: w.r.t. ``input``; duplicate tuples accumulate.  Deterministic on CPU.
+
+    Example:
+        >>> x = torch.tensor([[0., 1.], [2., 3.]])
+        >>> gather_nd(x, torch.tensor([[1], [0]]))
+        tensor([[2., 3.],
+                [0., 1.]])
+    """
+    level = _current_level.get()
+    if out is None:
+        return _OP(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
+                   level, check_indices)
+    if torch.is_grad_enabled() and input.requires_grad:
+        raise RuntimeError(
+            "gather_nd(): functions with out=... arguments don't support automatic "
+            "differentiation, but one of the arguments requires grad."
+        )
+    _OUT_OP(input, indices, batch_dims, input_dimension_count, indices_dimension_count, level,
+            check_indices, out=out)
+    return out

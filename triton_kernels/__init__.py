@@ -1,0 +1,10 @@
+"""Triton kernels and their launchers, installed as ``torch_dml_ops.triton_kernels``.
+
+This package knows nothing of torch.library, autograd or feature levels: a launcher takes tensors
+that were already validated, with the output already allocated, so the interpreter
+(``TRITON_INTERPRET=1``) can run and test it alone on CPU tensors.  Imports inside are relative
+(see setup.py for why this folder is not installed as a top-level ``triton_kernels``).
+"""
+from .gather_nd import gather_nd_triton
+
+__all__ = ["gather_nd_triton"]

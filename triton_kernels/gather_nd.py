@@ -1,0 +1,111 @@
+"""GatherND as one Triton kernel: a program moves BLOCK_T whole slices (or BLOCK_S-wide pieces of them)."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import NO_VIOLATION, bits_view, interpreting, merged_stride, next_pow2
+
+
+@triton.jit
+def _gather_nd_kernel(
+    out_ptr, in_ptr, idx_ptr, meta_ptr, flag_ptr,
+    n_tuples, per_batch, slice_len, stride_in_batch, stride_in_slice,
+    K: tl.constexpr, SIGNED: tl.constexpr, CHECK: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """One program: tuples [pid_t*BLOCK_T, +BLOCK_T) x slice elements [pid_s*BLOCK_S, +BLOCK_S).
+
+    Grid: (cdiv(n_tuples, BLOCK_T), cdiv(slice_len, BLOCK_S)).  ``meta_ptr`` holds the K indexed
+    dimension sizes, then their K element strides (int64).  A tuple with a coordinate out of range
+    reads nothing and writes zeros; with CHECK the smallest flat position of such a coordinate is
+    recorded in ``flag_ptr`` (atomic min), which the launcher's caller turns into an IndexError.
+    """
+    pid_t = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    # int64 before any multiply: tensors may exceed 2**31 elements.
+    offs_t = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)          # [BLOCK_T]
+    mask_t = offs_t < n_tuples
+    src = (offs_t // per_batch) * stride_in_batch                           # [BLOCK_T] int64
+    ok = mask_t
+    first_bad = tl.full([BLOCK_T], 9223372036854775807, tl.int64)
+    for j in tl.static_range(K):
+        size = tl.load(meta_ptr + j)
+        stride = tl.load(meta_ptr + K + j)
+        c = tl.load(idx_ptr + offs_t * K + j, mask=mask_t, other=0).to(tl.int64)
+        if SIGNED:
+            c = tl.where(c < 0, c + size, c)   # spec: negative indices count from the end
+        bad = ((c < 0) | (c >= size)) & mask_t
+        ok = ok & (bad == 0)
+        if CHECK:
+            first_bad = tl.minimum(first_bad, tl.where(bad, offs_t * K + j, 9223372036854775807))
+        src += tl.where(bad, 0, c) * stride
+    if CHECK:
+        b_first = tl.min(first_bad, axis=0)
+        tl.atomic_min(flag_ptr, b_first, mask=(pid_s == 0) & (b_first < 9223372036854775807))
+    offs_s = pid_s.to(tl.int64) * BLOCK_S + tl.arange(0, BLOCK_S)            # [BLOCK_S]
+    mask_s = offs_s < slice_len
+    b_vals = tl.load(in_ptr + src[:, None] + offs_s[None, :] * stride_in_slice,
+                     mask=ok[:, None] & mask_s[None, :], other=0)           # [BLOCK_T, BLOCK_S]
+    tl.store(out_ptr + offs_t[:, None] * slice_len + offs_s[None, :], b_vals,
+             mask=mask_t[:, None] & mask_s[None, :])
+
+
+def _blocks(n_tuples: int, slice_len: int, max_block: Optional[int]):
+    budget = max_block or (8192 if interpreting() else 2048)
+    block_s = max(1, min(next_pow2(slice_len), budget, 1024))
+    if triton.cdiv(slice_len, block_s) > 65535:          # grid axis 1 is limited to 65535
+        block_s = next_pow2(triton.cdiv(slice_len, 65535))
+    block_t = max(1, min(next_pow2(n_tuples), max(1, budget // block_s)))
+    return block_t, block_s
+
+
+def gather_nd_triton(out: torch.Tensor, input: torch.Tensor, indices: torch.Tensor, batch_dims: int,
+                     check: bool, max_block: Optional[int] = None) -> Optional[torch.Tensor]:
+    """Launch the gather.
+
+    ``input`` is in the natural form ``[*batch, *indexed, *slice]`` with any strides; ``indices``
+    is ``[*batch, ..., K]`` (any integer type; int64/int32 are signed and wrap negatives);
+    ``out`` has ``n_tuples * slice_len`` elements (any strides).  Returns the violation flag (int64
+    tensor holding the first offending flat position in ``indices``, or ``NO_VIOLATION``) when
+    ``check``, else ``None``; reading it is the caller's one host sync.  ``max_block`` caps the
+    elements per program (tests lower it to exercise many programs and masks).
+    """
+    k = indices.shape[-1]
+    b = batch_dims
+    shape = list(input.shape)
+    index_sizes = shape[b: b + k]
+    batch = math.prod(shape[:b])
+    slice_len = math.prod(shape[b + k:])
+    n_tuples = indices.numel() // k
+    device = input.device
+    flag = torch.full((1,), NO_VIOLATION, dtype=torch.int64, device=device) if check else None
+    if n_tuples == 0 or (slice_len == 0 and not check):
+        return flag
+    src = input
+    strides = list(src.stride())
+    stride_b = merged_stride(shape[:b], strides[:b])
+    stride_s = merged_stride(shape[b + k:], strides[b + k:])
+    if stride_b is None or stride_s is None:   # batch or slice dims not walkable as one: copy
+        src = input.contiguous()
+        strides = list(src.stride())
+        stride_b = merged_stride(shape[:b], strides[:b])
+        stride_s = merged_stride(shape[b + k:], strides[b + k:])
+    meta = torch.tensor(index_sizes + strides[b: b + k], dtype=torch.int64, device=device)
+    idx = indices.contiguous()
+    dst = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
+    block_t, block_s = _blocks(n_tuples, slice_len, max_block)
+    grid = (triton.cdiv(n_tuples, block_t), max(1, triton.cdiv(slice_len, block_s)))
+    _gather_nd_kernel[grid](
+        bits_view(dst), bits_view(src), idx, meta, flag if check else meta,
+        n_tuples, n_tuples // batch, slice_len, stride_b, stride_s,
+        K=k, SIGNED=idx.dtype in (torch.int64, torch.int32), CHECK=check,
+        BLOCK_T=block_t, BLOCK_S=block_s,
+    )
+    if dst is not out:
+        out.copy_(dst)
+    return flag
