@@ -10,9 +10,8 @@ Rules cite the page they come from: ``spec <page>`` is a DirectML page in ``shar
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from typing import Iterator, Optional, Sequence
+import threading
+from typing import Optional, Sequence
 
 import torch
 
@@ -57,9 +56,16 @@ _ALIASES.update({"FEATURE_LEVEL_" + lvl: lvl for lvl in FEATURE_LEVELS})
 _ALIASES.update({"DML_FEATURE_LEVEL_" + lvl: lvl for lvl in FEATURE_LEVELS})
 _ALIASES.update({PERMISSIVE: PERMISSIVE, "": PERMISSIVE, "default": PERMISSIVE})
 
-_current_level: contextvars.ContextVar[str] = contextvars.ContextVar(
-    "torch_dml_ops_feature_level", default=PERMISSIVE
-)
+class _LevelState(threading.local):
+    """The level in force, per thread.  A threading.local attribute (not a ContextVar) because
+    torch.compile traces reads and writes of it, so ``with feature_level(...)`` may sit inside a
+    compiled function without a graph break, and a changed level re-guards compiled code."""
+
+    def __init__(self) -> None:
+        self.level = PERMISSIVE
+
+
+_state = _LevelState()
 
 
 def normalize_feature_level(level: Optional[str]) -> str:
@@ -71,8 +77,7 @@ def normalize_feature_level(level: Optional[str]) -> str:
         return PERMISSIVE
     if not isinstance(level, str):
         raise TypeError(f"feature level must be a str or None, got {type(level).__name__}")
-    key = level.strip()
-    canon = _ALIASES.get(key, _ALIASES.get(key.upper()))
+    canon = _ALIASES.get(level.strip(), _ALIASES.get(level.strip().upper()))
     if canon is None:
         raise ValueError(
             f"unknown DirectML feature level {level!r}: expected one of "
@@ -81,26 +86,32 @@ def normalize_feature_level(level: Optional[str]) -> str:
     return canon
 
 
-@contextlib.contextmanager
-def feature_level(level: Optional[str]) -> Iterator[str]:
-    """Enforce the tensor-support tables of a DirectML feature level inside the ``with`` block.
+class feature_level:
+    """Enforce the tensor-support tables of a DirectML feature level inside a ``with`` block.
 
-    ``with tdo.feature_level("2_1"): ...`` makes every op called in the block (in this thread or
-    asyncio task) check its inputs against the tables of ``DML_FEATURE_LEVEL_2_1``: data types,
-    index types, dimension counts, negative indices, batch dimensions.  ``None`` restores the
-    permissive default.  The level is read once by the public function and passed to the
-    registered op as its ``feature_level`` argument.
+    ``with tdo.feature_level("2_1"): ...`` makes every op called in the block (in this thread)
+    check its inputs against the tables of ``DML_FEATURE_LEVEL_2_1``: data types, index types,
+    dimension counts, negative indices, batch dimensions.  ``None`` restores the permissive
+    default.  Blocks nest.  The public functions read the level once per call and pass it to the
+    registered op as its ``feature_level`` argument; kernels never read hidden state.
     """
-    token = _current_level.set(normalize_feature_level(level))
-    try:
-        yield _current_level.get()
-    finally:
-        _current_level.reset(token)
+
+    def __init__(self, level: Optional[str]) -> None:
+        self.level = normalize_feature_level(level)
+        self._prev: list = []
+
+    def __enter__(self) -> str:
+        self._prev.append(_state.level)
+        _state.level = self.level
+        return self.level
+
+    def __exit__(self, *exc) -> None:
+        _state.level = self._prev.pop()
 
 
 def get_feature_level() -> str:
     """The feature level in force here (``"permissive"`` outside any ``feature_level`` block)."""
-    return _current_level.get()
+    return _state.level
 
 
 def level_at_least(level: str, minimum: str) -> bool:

@@ -25,7 +25,7 @@ from ._fallback import (as_movable, check_and_wrap_plan, gather_nd_torch, index_
                         linear_rows)
 from ._forms import GatherLayout, gather_layout, prod
 from ._library import lib
-from ._validation import (SIGNED_INDEX_DTYPES, _current_level, check_gather_nd, check_out,
+from ._validation import (SIGNED_INDEX_DTYPES, _state, check_gather_nd, check_out,
                           raise_index_error)
 
 __all__ = ["gather_nd"]
@@ -48,19 +48,33 @@ def _index_dim_names(input_rank: int, lay: GatherLayout) -> list:
 
 
 def _gather_into(out: torch.Tensor, input: torch.Tensor, indices: torch.Tensor, lay: GatherLayout,
-                 check: bool) -> torch.Tensor:
-    """Run the chosen backend; ``out`` has the op's result shape."""
+                 check: bool, user_out: bool) -> torch.Tensor:
+    """Run the chosen backend; ``out`` has the op's result shape.
+
+    On failure nothing the caller owns is modified: the portable path checks before it writes;
+    the Triton path writes a fresh output in the same pass as the check, but checks a caller's
+    ``out=`` in a separate pre-pass (it reads only the indices).
+    """
     if not _backend.use_triton(input.device):
         return gather_nd_torch(input, indices, lay, check, out)
     from .triton_kernels import gather_nd_triton
-    flag = gather_nd_triton(out, input.reshape(lay.natural_input_shape),
-                            indices.reshape(lay.natural_indices_shape), lay.batch_dims, check)
-    if flag is not None:
-        pos = int(flag.item())   # the one host sync of a checked call
-        if pos != 2**63 - 1:
-            raise_index_error("gather_nd", indices, pos, indices.shape, lay.index_sizes,
-                              _index_dim_names(input.dim(), lay),
-                              indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
+    nat_input = input.reshape(lay.natural_input_shape)
+    nat_indices = indices.reshape(lay.natural_indices_shape)
+
+    def run(check_now: bool, move: bool) -> None:
+        flag = gather_nd_triton(out, nat_input, nat_indices, lay.batch_dims, check_now, move)
+        if flag is not None:
+            pos = int(flag.item())   # the one host sync of a checked call
+            if pos != 2**63 - 1:
+                raise_index_error("gather_nd", indices, pos, indices.shape, lay.index_sizes,
+                                  _index_dim_names(input.dim(), lay),
+                                  indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
+
+    if check and user_out:
+        run(True, False)
+        run(False, True)
+    else:
+        run(check, True)
     return out
 
 
@@ -69,7 +83,7 @@ def _gather_nd_impl(input, indices, batch_dims=0, input_dimension_count=None,
     lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
                           indices_dimension_count, feature_level)
     out = torch.empty(lay.out_shape, dtype=input.dtype, device=input.device)
-    return _gather_into(out, input, indices, lay, check_indices)
+    return _gather_into(out, input, indices, lay, check_indices, False)
 
 
 def _gather_nd_out_impl(input, indices, batch_dims=0, input_dimension_count=None,
@@ -79,7 +93,7 @@ def _gather_nd_out_impl(input, indices, batch_dims=0, input_dimension_count=None
                           indices_dimension_count, feature_level)
     check_out("gather_nd", out, lay.out_shape, input.dtype, input.device,
               (("InputTensor", input), ("IndicesTensor", indices)))
-    _gather_into(out, input, indices, lay, check_indices)
+    _gather_into(out, input, indices, lay, check_indices, True)
 
 
 def _gather_nd_fake(input, indices, batch_dims=0, input_dimension_count=None,
@@ -229,7 +243,7 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
         tensor([[2., 3.],
                 [0., 1.]])
     """
-    level = _current_level.get()
+    level = _state.level
     if out is None:
         return _OP(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
                    level, check_indices)

@@ -15,7 +15,7 @@ from ._common import NO_VIOLATION, bits_view, interpreting, merged_stride, next_
 def _gather_nd_kernel(
     out_ptr, in_ptr, idx_ptr, meta_ptr, flag_ptr,
     n_tuples, per_batch, slice_len, stride_in_batch, stride_in_slice,
-    K: tl.constexpr, SIGNED: tl.constexpr, CHECK: tl.constexpr,
+    K: tl.constexpr, SIGNED: tl.constexpr, CHECK: tl.constexpr, MOVE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     """One program: tuples [pid_t*BLOCK_T, +BLOCK_T) x slice elements [pid_s*BLOCK_S, +BLOCK_S).
@@ -24,6 +24,7 @@ def _gather_nd_kernel(
     dimension sizes, then their K element strides (int64).  A tuple with a coordinate out of range
     reads nothing and writes zeros; with CHECK the smallest flat position of such a coordinate is
     recorded in ``flag_ptr`` (atomic min), which the launcher's caller turns into an IndexError.
+    MOVE=False only checks (a pre-pass that keeps a caller's ``out=`` untouched on failure).
     """
     pid_t = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -47,12 +48,13 @@ def _gather_nd_kernel(
     if CHECK:
         b_first = tl.min(first_bad, axis=0)
         tl.atomic_min(flag_ptr, b_first, mask=(pid_s == 0) & (b_first < 9223372036854775807))
-    offs_s = pid_s.to(tl.int64) * BLOCK_S + tl.arange(0, BLOCK_S)            # [BLOCK_S]
-    mask_s = offs_s < slice_len
-    b_vals = tl.load(in_ptr + src[:, None] + offs_s[None, :] * stride_in_slice,
-                     mask=ok[:, None] & mask_s[None, :], other=0)           # [BLOCK_T, BLOCK_S]
-    tl.store(out_ptr + offs_t[:, None] * slice_len + offs_s[None, :], b_vals,
-             mask=mask_t[:, None] & mask_s[None, :])
+    if MOVE:
+        offs_s = pid_s.to(tl.int64) * BLOCK_S + tl.arange(0, BLOCK_S)        # [BLOCK_S]
+        mask_s = offs_s < slice_len
+        b_vals = tl.load(in_ptr + src[:, None] + offs_s[None, :] * stride_in_slice,
+                         mask=ok[:, None] & mask_s[None, :], other=0)       # [BLOCK_T, BLOCK_S]
+        tl.store(out_ptr + offs_t[:, None] * slice_len + offs_s[None, :], b_vals,
+                 mask=mask_t[:, None] & mask_s[None, :])
 
 
 def _blocks(n_tuples: int, slice_len: int, max_block: Optional[int]):
@@ -65,7 +67,8 @@ def _blocks(n_tuples: int, slice_len: int, max_block: Optional[int]):
 
 
 def gather_nd_triton(out: torch.Tensor, input: torch.Tensor, indices: torch.Tensor, batch_dims: int,
-                     check: bool, max_block: Optional[int] = None) -> Optional[torch.Tensor]:
+                     check: bool, move: bool = True,
+                     max_block: Optional[int] = None) -> Optional[torch.Tensor]:
     """Launch the gather.
 
     ``input`` is in the natural form ``[*batch, *indexed, *slice]`` with any strides; ``indices``
@@ -73,7 +76,8 @@ def gather_nd_triton(out: torch.Tensor, input: torch.Tensor, indices: torch.Tens
     ``out`` has ``n_tuples * slice_len`` elements (any strides).  Returns the violation flag (int64
     tensor holding the first offending flat position in ``indices``, or ``NO_VIOLATION``) when
     ``check``, else ``None``; reading it is the caller's one host sync.  ``max_block`` caps the
-    elements per program (tests lower it to exercise many programs and masks).
+    elements per program (tests lower it to exercise many programs and masks).  ``move=False``
+    only checks the indices and writes nothing.
     """
     k = indices.shape[-1]
     b = batch_dims
@@ -84,7 +88,7 @@ def gather_nd_triton(out: torch.Tensor, input: torch.Tensor, indices: torch.Tens
     n_tuples = indices.numel() // k
     device = input.device
     flag = torch.full((1,), NO_VIOLATION, dtype=torch.int64, device=device) if check else None
-    if n_tuples == 0 or (slice_len == 0 and not check):
+    if n_tuples == 0 or ((slice_len == 0 or not move) and not check):
         return flag
     src = input
     strides = list(src.stride())
@@ -99,13 +103,13 @@ def gather_nd_triton(out: torch.Tensor, input: torch.Tensor, indices: torch.Tens
     idx = indices.contiguous()
     dst = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
     block_t, block_s = _blocks(n_tuples, slice_len, max_block)
-    grid = (triton.cdiv(n_tuples, block_t), max(1, triton.cdiv(slice_len, block_s)))
+    grid = (triton.cdiv(n_tuples, block_t), max(1, triton.cdiv(slice_len, block_s)) if move else 1)
     _gather_nd_kernel[grid](
         bits_view(dst), bits_view(src), idx, meta, flag if check else meta,
         n_tuples, n_tuples // batch, slice_len, stride_b, stride_s,
-        K=k, SIGNED=idx.dtype in (torch.int64, torch.int32), CHECK=check,
+        K=k, SIGNED=idx.dtype in (torch.int64, torch.int32), CHECK=check, MOVE=move,
         BLOCK_T=block_t, BLOCK_S=block_s,
     )
-    if dst is not out:
+    if move and dst is not out:
         out.copy_(dst)
     return flag
