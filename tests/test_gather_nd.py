@@ -10,6 +10,16 @@ from reference import GATHER_ND_EXAMPLES, gather_nd_ref, to_bits
 gather_op = torch.ops.torch_dml_ops.gather_nd
 
 
+@pytest.fixture(params=["small", "large"])
+def portable_path(request, monkeypatch):
+    """Run a test through both strategies of the portable path: the one-call advanced-indexing
+    path for small problems, and reduction-checked linearize + index_select for large ones."""
+    from torch_dml_ops import _fallback
+    if request.param == "large":
+        monkeypatch.setattr(_fallback, "SMALL_TUPLES", -1)
+    return request.param
+
+
 def assert_bits_equal(actual: torch.Tensor, expected_bits: np.ndarray):
     got = to_bits(actual)
     assert got.shape == expected_bits.shape, (got.shape, expected_bits.shape)
@@ -59,6 +69,7 @@ def test_gather_nd_registered_op_same_as_function():
 
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
 @pytest.mark.parametrize("dtype", DATA_DTYPES, ids=str)
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_dtypes(dtype, index_dtype):
     x = make_data((5, 4, 3), dtype)
     i = make_indices((2, 3), (5, 4), index_dtype, negative=True)
@@ -75,6 +86,7 @@ def test_gather_nd_preserves_nan_payload_and_negative_zero():
     assert torch.equal(out.view(torch.int32), x.view(torch.int32)[[3, 0, 1, 2]])
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_uint64_indices_above_2_63_are_out_of_range():
     x = torch.randn(4)
     big = torch.tensor([[2**63 + 1]], dtype=torch.uint64)
@@ -99,6 +111,7 @@ def _rank_cases():
 
 
 @pytest.mark.parametrize("r,k,q,b", _rank_cases(), ids=lambda v: str(v))
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_ranks(r, k, q, b):
     g = torch.Generator().manual_seed(r * 100 + k * 10 + q + b)
     shape = tuple(int(s) for s in torch.randint(1, 4, (r,), generator=g))
@@ -111,6 +124,7 @@ def test_gather_nd_ranks(r, k, q, b):
 
 
 @pytest.mark.parametrize("pad", [0, 1, 3])
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_dml_form_matches_natural(pad):
     x = torch.randn(3, 4, 5)
     i = make_indices((2, 2), (3, 4), torch.int32, negative=True)
@@ -135,6 +149,7 @@ def test_gather_nd_dml_form_with_batch_dims():
 # ------------------------------------------------------------------ layouts, empties, duplicates
 
 @pytest.mark.parametrize("layout", ["transposed", "sliced", "expanded", "channels_last"])
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_non_contiguous_input(layout):
     base = torch.randn(6, 8, 5, 4)
     x = {"transposed": base.transpose(0, 2), "sliced": base[::2, 1::3, :, ::2],
@@ -149,6 +164,7 @@ def test_gather_nd_non_contiguous_input(layout):
     assert_bits_equal(tdo.gather_nd(x, i3, ), gather_nd_ref(x, i3))
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_non_contiguous_indices():
     x = torch.randn(5, 6, 7)
     i = make_indices((4, 3), (5, 6), torch.int64, negative=True).transpose(0, 1)
@@ -159,6 +175,7 @@ def test_gather_nd_non_contiguous_indices():
 
 
 @pytest.mark.parametrize("case", ["no_tuples", "empty_slice", "empty_batch", "empty_input_no_tuples"])
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_zero_size(case):
     if case == "no_tuples":
         x, i, b, shape = torch.randn(3, 4), torch.zeros(0, 1, dtype=torch.int64), 0, (0, 4)
@@ -172,11 +189,13 @@ def test_gather_nd_zero_size(case):
     assert out.shape == shape and out.dtype == x.dtype
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_zero_size_dimension_with_tuples_is_index_error():
     with pytest.raises(IndexError, match="size 0"):
         tdo.gather_nd(torch.randn(0, 3), torch.tensor([[0]]))
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_duplicates():
     x = torch.randn(4, 3)
     i = torch.tensor([[1], [1], [-1], [3]])
@@ -186,6 +205,7 @@ def test_gather_nd_duplicates():
 # ------------------------------------------------------------------ index range
 
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_out_of_range_names_value_and_position(index_dtype):
     x = torch.randn(4, 5, 6)
     i = torch.tensor([[[0, 1], [3, 4]], [[2, 5], [1, 1]]]).to(index_dtype)   # 5 at (1, 0, 1)
@@ -195,12 +215,14 @@ def test_gather_nd_out_of_range_names_value_and_position(index_dtype):
     assert "IndicesTensor" in msg and "value 5" in msg and "(1, 0, 1)" in msg and "size 5" in msg
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_negative_out_of_range():
     x = torch.randn(4, 5)
     with pytest.raises(IndexError, match=r"value -5 at position \(1, 0\).*\[-4, 3\]"):
         tdo.gather_nd(x, torch.tensor([[0], [-5]]))
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_failed_call_modifies_nothing():
     x = torch.randn(4, 5)
     i = torch.tensor([[0], [9]])
@@ -211,6 +233,7 @@ def test_gather_nd_failed_call_modifies_nothing():
     assert torch.equal(out, torch.full((2, 5), 7.0)) and torch.equal(x, x0) and torch.equal(i, i0)
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_unchecked_valid_indices():
     x = torch.randn(4, 5, 6)
     i = make_indices((9,), (4, 5), torch.int64, negative=True)
@@ -219,6 +242,7 @@ def test_gather_nd_unchecked_valid_indices():
 
 # ------------------------------------------------------------------ out=
 
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_out():
     x = torch.randn(50, 16)
     i = make_indices((30,), (50,), torch.int64)
@@ -230,6 +254,7 @@ def test_gather_nd_out():
     assert torch.equal(strided, out)
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_out_dml_form():
     x = torch.arange(8.0).reshape(1, 2, 2, 2)
     i = torch.tensor([[[[0, 1], [1, 0]]]], dtype=torch.uint32)
@@ -271,6 +296,7 @@ def _grad_cases():
 
 
 @pytest.mark.parametrize("name,x,i,b,ci,cq", _grad_cases(), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_gradcheck(name, x, i, b, ci, cq):
     x = x.clone().requires_grad_()
     fn = lambda t: tdo.gather_nd(t, i, b, input_dimension_count=ci, indices_dimension_count=cq)
@@ -278,6 +304,7 @@ def test_gather_nd_gradcheck(name, x, i, b, ci, cq):
     assert torch.autograd.gradgradcheck(fn, (x,))
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_gather_nd_grad_accumulates_duplicates():
     x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
     i = torch.tensor([[1], [1], [-3], [0]])
@@ -414,12 +441,22 @@ def gather_problems(draw):
     dtype = draw(st.sampled_from(DATA_DTYPES))
     idx_dtype = draw(st.sampled_from(INDEX_DTYPES))
     seed = draw(st.integers(0, 2**16))
-    return shape, b, k, prefix, dtype, idx_dtype, seed
+    small = draw(st.sampled_from([2048, -1]))     # which strategy of the portable path
+    return shape, b, k, prefix, dtype, idx_dtype, seed, small
 
 
 @given(gather_problems())
 def test_gather_nd_property_matches_oracle(problem):
-    shape, b, k, prefix, dtype, idx_dtype, seed = problem
+    from torch_dml_ops import _fallback
+    shape, b, k, prefix, dtype, idx_dtype, seed, small = problem
+    _fallback.SMALL_TUPLES, saved = small, _fallback.SMALL_TUPLES
+    try:
+        _check_property(shape, b, k, prefix, dtype, idx_dtype, seed)
+    finally:
+        _fallback.SMALL_TUPLES = saved
+
+
+def _check_property(shape, b, k, prefix, dtype, idx_dtype, seed):
     g = torch.Generator().manual_seed(seed)
     x = make_data(shape, dtype, g)
     n_tuples = int(np.prod(prefix)) if prefix else 1

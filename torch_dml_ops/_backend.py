@@ -73,3 +73,28 @@ def available_backends() -> list:
     if triton_available() and interpreting():
         rows.append(("triton", "cpu", "Triton interpreter (TRITON_INTERPRET=1)"))
     return rows
+
+
+def plain_eager_call(tensors, differentiable) -> bool:
+    """Whether nothing can observe a call below the public function, so it may run the op's
+    kernel directly instead of going through the dispatcher.
+
+    Dispatching a Python-kernel op (autograd kernel, then backend kernel) costs ~15-20 us on a
+    small CPU, more than a small gather itself.  The shortcut is taken only when the result is
+    indistinguishable: eager mode (not torch.compile / export / jit tracing), plain tensors (no
+    subclass, FakeTensor or functorch wrapper), no dispatch or function modes, no profiler, and no
+    input that autograd would record (``differentiable`` lists those).  Everything else goes
+    through ``torch.ops.torch_dml_ops.*``, which is also what compiled graphs and exports contain.
+    """
+    if torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None:
+        return False
+    for t in tensors:
+        if type(t) is not torch.Tensor or t.device.type == "meta":
+            return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in differentiable):
+        return False
+    if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
+        return False
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        return False
+    return not torch.autograd.profiler._is_profiler_enabled

@@ -92,49 +92,75 @@ def linear_rows(idx2: torch.Tensor, sizes: Sequence[int], wrap: Sequence[bool], 
     return lin
 
 
+#: Up to this many tuples (without batch dims) one advanced-indexing call does everything: it
+#: wraps negative indices and range-checks each dimension in C++, saving the separate reduction,
+#: host sync and linearization, whose fixed costs dominate small calls.
+SMALL_TUPLES = 2048
+
+
+def _report_bad_index(op: str, indices: torch.Tensor, idx2: torch.Tensor, sizes: Sequence[int],
+                      signed: bool, dim_names: Sequence[str]) -> None:
+    pos = first_bad_position(idx2, sizes, signed)
+    raise_index_error(op, indices, pos, indices.shape, sizes, dim_names, signed, len(sizes))
+
+
 def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayout, check: bool,
-                    out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """gather_nd with torch ops: linearize the index tuples, then one ``index_select`` of rows."""
+                    out: Optional[torch.Tensor] = None,
+                    dim_names: Sequence[str] = ()) -> torch.Tensor:
+    """gather_nd with torch ops: linearize the index tuples, then one ``index_select`` of rows.
+
+    Writes into ``out`` when given (any strides), else returns a new tensor.
+    """
     op = "gather_nd"
     b, k = lay.batch_dims, lay.k
     sizes = lay.index_sizes
-    batch, rows, slice_len, n_tuples = lay.batch, prod(sizes), lay.slice_len, lay.n_tuples
+    n_tuples = lay.n_tuples
+    dim_names = dim_names or [f"InputTensor dimension {d}" for d in range(b, b + k)]
+    if n_tuples == 0:
+        return torch.empty(lay.out_shape, dtype=input.dtype, device=input.device) if out is None else out
+    signed = indices.dtype in SIGNED_INDEX_DTYPES
+    batch, rows, slice_len = lay.batch, prod(sizes), lay.slice_len
+    idx2 = index_matrix(indices, n_tuples, k, batch * rows < 2**31)
+
+    if b == 0 and n_tuples <= SMALL_TUPLES:
+        if indices.dtype == torch.uint64 and bool((idx2 < 0).any()):
+            _report_bad_index(op, indices, idx2, sizes, signed, dim_names)   # >= 2**63
+        try:
+            res = as_movable(input).reshape(lay.natural_input_shape)[idx2.unbind(1)]
+        except IndexError:
+            _report_bad_index(op, indices, idx2, sizes, signed, dim_names)
+            raise
+        res = res.view(input.dtype).view(lay.out_shape)
+        if out is None:
+            return res
+        return out.copy_(res)
+
+    wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, check, dim_names)
     if out is None:
         out = torch.empty(lay.out_shape, dtype=input.dtype, device=input.device)
-    signed = indices.dtype in SIGNED_INDEX_DTYPES
-    small = batch * rows < 2**31
-    idx2 = index_matrix(indices, n_tuples, k, small)
-    names = [f"InputTensor dimension {d}" for d in range(b, b + k)]
-    if lay.dml_form:
-        pad = input.dim() - len(lay.natural_input_shape)
-        names = [f"InputTensor dimension {d + pad}" for d in range(b, b + k)]
-    wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, check, names)
     if out.numel() == 0:
         return out
-    per_batch = n_tuples // batch if batch > 0 else 0
-    src_nat = input.view(lay.natural_input_shape) if input.is_contiguous() else None
-    if src_nat is not None:
+    per_batch = n_tuples // batch
+    if input.is_contiguous():
         lin = linear_rows(idx2, sizes, wrap, batch, per_batch)
-        src = as_movable(src_nat).reshape(batch * rows, slice_len)
+        src = as_movable(input).view(batch * rows, slice_len)
         dst = as_movable(out)
-        if dst.is_contiguous():
-            if slice_len == 1:
-                torch.index_select(src.view(-1), 0, lin, out=dst.view(-1))
-            else:
-                torch.index_select(src, 0, lin, out=dst.view(n_tuples, slice_len))
-        else:
+        if not dst.is_contiguous():
             dst.copy_(torch.index_select(src, 0, lin).view(dst.shape))
+        elif slice_len == 1:
+            torch.index_select(src.view(-1), 0, lin, out=dst.view(-1))
+        else:
+            torch.index_select(src, 0, lin, out=dst.view(n_tuples, slice_len))
         return out
-    # Non-contiguous input: advanced indexing reads through the strides, no copy of the input.
-    # (dropping DML padding and merging the batch dims are views in all but exotic layouts)
+    # Non-contiguous input: advanced indexing reads through the strides, no copy of the input
+    # (dropping DML padding and merging the batch dims are views in all but exotic layouts).
     src = as_movable(input).reshape((batch,) + tuple(sizes) + tuple(lay.slice_shape))
     coords = []
     for j in range(k):
-        c = idx2[:, j].reshape(batch, per_batch).long()
+        c = idx2[:, j].reshape(batch, per_batch)
         if wrap[j]:
             c = torch.where(c < 0, c + sizes[j], c)
         coords.append(c)
     bidx = torch.arange(batch, device=input.device).unsqueeze(1)
-    res = src[(bidx, *coords)]
-    as_movable(out).copy_(res.reshape(out.shape))
+    as_movable(out).copy_(src[(bidx, *coords)].reshape(out.shape))
     return out

@@ -47,28 +47,32 @@ def _index_dim_names(input_rank: int, lay: GatherLayout) -> list:
     return [f"InputTensor dimension {d + pad}" for d in range(lay.batch_dims, lay.batch_dims + lay.k)]
 
 
-def _gather_into(out: torch.Tensor, input: torch.Tensor, indices: torch.Tensor, lay: GatherLayout,
-                 check: bool, user_out: bool) -> torch.Tensor:
-    """Run the chosen backend; ``out`` has the op's result shape.
+def _gather_into(out: Optional[torch.Tensor], input: torch.Tensor, indices: torch.Tensor,
+                 lay: GatherLayout, check: bool) -> torch.Tensor:
+    """Run the chosen backend; writes into ``out`` (the caller's ``out=``) or a new tensor.
 
     On failure nothing the caller owns is modified: the portable path checks before it writes;
     the Triton path writes a fresh output in the same pass as the check, but checks a caller's
     ``out=`` in a separate pre-pass (it reads only the indices).
     """
+    names = _index_dim_names(input.dim(), lay)
     if not _backend.use_triton(input.device):
-        return gather_nd_torch(input, indices, lay, check, out)
-    from .triton_kernels import gather_nd_triton
+        return gather_nd_torch(input, indices, lay, check, out, names)
+    from . import triton_kernels
     nat_input = input.reshape(lay.natural_input_shape)
     nat_indices = indices.reshape(lay.natural_indices_shape)
+    user_out = out is not None
+    if out is None:
+        out = torch.empty(lay.out_shape, dtype=input.dtype, device=input.device)
 
     def run(check_now: bool, move: bool) -> None:
-        flag = gather_nd_triton(out, nat_input, nat_indices, lay.batch_dims, check_now, move)
+        flag = triton_kernels.gather_nd_triton(out, nat_input, nat_indices, lay.batch_dims,
+                                               check_now, move)
         if flag is not None:
             pos = int(flag.item())   # the one host sync of a checked call
             if pos != 2**63 - 1:
                 raise_index_error("gather_nd", indices, pos, indices.shape, lay.index_sizes,
-                                  _index_dim_names(input.dim(), lay),
-                                  indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
+                                  names, indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
 
     if check and user_out:
         run(True, False)
@@ -82,8 +86,7 @@ def _gather_nd_impl(input, indices, batch_dims=0, input_dimension_count=None,
                     indices_dimension_count=None, feature_level="permissive", check_indices=True):
     lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
                           indices_dimension_count, feature_level)
-    out = torch.empty(lay.out_shape, dtype=input.dtype, device=input.device)
-    return _gather_into(out, input, indices, lay, check_indices, False)
+    return _gather_into(None, input, indices, lay, check_indices)
 
 
 def _gather_nd_out_impl(input, indices, batch_dims=0, input_dimension_count=None,
@@ -93,7 +96,7 @@ def _gather_nd_out_impl(input, indices, batch_dims=0, input_dimension_count=None
                           indices_dimension_count, feature_level)
     check_out("gather_nd", out, lay.out_shape, input.dtype, input.device,
               (("InputTensor", input), ("IndicesTensor", indices)))
-    _gather_into(out, input, indices, lay, check_indices, True)
+    _gather_into(out, input, indices, lay, check_indices)
 
 
 def _gather_nd_fake(input, indices, batch_dims=0, input_dimension_count=None,
@@ -245,6 +248,9 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
     """
     level = _state.level
     if out is None:
+        if _backend.plain_eager_call((input, indices), (input,)):
+            return _gather_nd_impl(input, indices, batch_dims, input_dimension_count,
+                                   indices_dimension_count, level, check_indices)
         return _OP(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
                    level, check_indices)
     if torch.is_grad_enabled() and input.requires_grad:
@@ -252,6 +258,10 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
             "gather_nd(): functions with out=... arguments don't support automatic "
             "differentiation, but one of the arguments requires grad."
         )
-    _OUT_OP(input, indices, batch_dims, input_dimension_count, indices_dimension_count, level,
-            check_indices, out=out)
+    if _backend.plain_eager_call((input, indices, out), ()):
+        _gather_nd_out_impl(input, indices, batch_dims, input_dimension_count,
+                            indices_dimension_count, level, check_indices, out=out)
+    else:
+        _OUT_OP(input, indices, batch_dims, input_dimension_count, indices_dimension_count, level,
+                check_indices, out=out)
     return out

@@ -1,0 +1,205 @@
+"""One case per documented constraint and feature level (spec pages' tables; spec README)."""
+import pytest
+import torch
+
+import torch_dml_ops as tdo
+from torch_dml_ops import ConstraintError, ConstraintTypeError
+from helpers import DATA_DTYPES, DML_DATA_DTYPES, INDEX_DTYPES, make_data
+
+gather_op = torch.ops.torch_dml_ops.gather_nd
+U32 = torch.uint32
+
+
+def x4(shape=(1, 2, 3, 4), dtype=torch.float32):
+    return make_data(shape, dtype)
+
+
+def idx(values, dtype=U32, shape=None):
+    t = torch.tensor(values).to(dtype)
+    return t.reshape(shape) if shape else t
+
+
+# ------------------------------------------------------------------ feature level plumbing
+
+def test_feature_level_aliases_and_nesting():
+    assert tdo.get_feature_level() == "permissive"
+    for alias in ("2_1", "2.1", "FEATURE_LEVEL_2_1", "DML_FEATURE_LEVEL_2_1", "dml_feature_level_2_1"):
+        with tdo.feature_level(alias) as lvl:
+            assert lvl == "2_1" == tdo.get_feature_level()
+    with tdo.feature_level("3_0"):
+        with tdo.feature_level("2_1"):
+            assert tdo.get_feature_level() == "2_1"
+        with tdo.feature_level(None):
+            assert tdo.get_feature_level() == "permissive"
+        assert tdo.get_feature_level() == "3_0"
+    assert tdo.get_feature_level() == "permissive"
+
+
+def test_feature_level_restored_after_exception():
+    with pytest.raises(RuntimeError):
+        with tdo.feature_level("2_1"):
+            raise RuntimeError("boom")
+    assert tdo.get_feature_level() == "permissive"
+
+
+@pytest.mark.parametrize("bad", ["4_0", "2_2", "", 21])
+def test_feature_level_unknown(bad):
+    if bad == "":
+        assert tdo.feature_level(bad).level == "permissive"
+        return
+    with pytest.raises((ValueError, TypeError)):
+        tdo.feature_level(bad)
+
+
+def test_op_feature_level_argument_must_be_canonical():
+    with pytest.raises(ValueError, match="canonical"):
+        gather_op(torch.randn(3), torch.tensor([[1]]), 0, None, None, "2.1", True)
+    with pytest.raises(ConstraintError, match="DML_FEATURE_LEVEL_2_1"):
+        gather_op(torch.randn(3), torch.tensor([[1]]), 0, None, None, "2_1", True)
+
+
+def test_error_hierarchy():
+    assert issubclass(ConstraintError, ValueError)
+    assert issubclass(ConstraintTypeError, ConstraintError) and issubclass(ConstraintTypeError, TypeError)
+
+
+# ------------------------------------------------------------------ data types per level
+
+@pytest.mark.parametrize("dtype", DATA_DTYPES, ids=str)
+@pytest.mark.parametrize("level", ["2_1", "3_0", "3_1", None])
+def test_gather_nd_data_types_per_level(level, dtype):
+    x = x4(dtype=dtype)
+    i = idx([0, 1], shape=(1, 1, 1, 2))
+    call = lambda: tdo.gather_nd(x, i, input_dimension_count=4, indices_dimension_count=1)
+    with tdo.feature_level(level):
+        if level is None or dtype in DML_DATA_DTYPES:
+            assert call().shape == (1, 1, 3, 4)
+        else:
+            with pytest.raises(ConstraintTypeError) as e:
+                call()
+            msg = str(e.value)
+            assert "InputTensor" in msg and str(dtype) in msg and f"DML_FEATURE_LEVEL_{level}" in msg
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES + [torch.int16, torch.uint8], ids=str)
+@pytest.mark.parametrize("level", ["2_1", "3_0", "3_1", None])
+def test_gather_nd_index_types_per_level(level, index_dtype):
+    x = x4()
+    i = idx([0, 1], index_dtype, shape=(1, 1, 1, 2))
+    ok = index_dtype in INDEX_DTYPES and (level != "2_1" or index_dtype == torch.uint32)
+    with tdo.feature_level(level):
+        if ok:
+            tdo.gather_nd(x, i, input_dimension_count=4, indices_dimension_count=1)
+        else:
+            with pytest.raises(ConstraintTypeError, match="IndicesTensor.*index type"):
+                tdo.gather_nd(x, i, input_dimension_count=4, indices_dimension_count=1)
+
+
+def test_gather_nd_2_1_signed_indices_hint_negative_from_3_0():
+    x = x4()
+    i = idx([0, -1], torch.int64, shape=(1, 1, 1, 2))
+    with tdo.feature_level("2_1"), pytest.raises(ConstraintTypeError, match="negative indices.*3_0"):
+        tdo.gather_nd(x, i, input_dimension_count=4, indices_dimension_count=1)
+    with tdo.feature_level("3_0"):
+        out = tdo.gather_nd(x, i, input_dimension_count=4, indices_dimension_count=1)
+    assert torch.equal(out, x[:, 1:2])
+
+
+# ------------------------------------------------------------------ dimension counts per level
+
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 8, 9])
+@pytest.mark.parametrize("level", ["2_1", "3_0", None])
+def test_gather_nd_dml_form_dimension_count(level, n):
+    x = torch.randn((1,) * (n - 1) + (3,))
+    i = torch.zeros((1,) * (n - 1) + (1,), dtype=U32)
+    allowed = {"2_1": n == 4, "3_0": 1 <= n <= 8, None: True}[level]
+    with tdo.feature_level(level):
+        if allowed:
+            out = tdo.gather_nd(x, i, input_dimension_count=1, indices_dimension_count=1)
+            assert out.shape == (1,) * n
+        else:
+            with pytest.raises(ConstraintError, match=rf"InputTensor.DimensionCount must be .* got {n}"):
+                tdo.gather_nd(x, i, input_dimension_count=1, indices_dimension_count=1)
+
+
+@pytest.mark.parametrize("level,limit", [("2_1", 4), ("3_0", 8), ("3_1", 8)])
+def test_gather_nd_natural_form_counts_as_padded(level, limit):
+    with tdo.feature_level(level):
+        x = torch.randn((2,) * limit)
+        tdo.gather_nd(x, torch.zeros(1, 1, dtype=U32))           # output has limit dims: fits
+        with pytest.raises(ConstraintError, match=f"InputTensor has {limit + 1} dimensions"):
+            tdo.gather_nd(torch.randn((2,) * (limit + 1)), torch.zeros(1, 1, dtype=U32))
+        with pytest.raises(ConstraintError, match=f"OutputTensor has {limit + 1} dimensions"):
+            tdo.gather_nd(x, torch.zeros(2, 2, 1, dtype=U32))   # 2 + (limit - 1) dims
+        with pytest.raises(ConstraintError, match=f"IndicesTensor has {limit + 1} dimensions"):
+            tdo.gather_nd(torch.randn(2), torch.zeros((1,) * (limit + 1), dtype=U32))
+
+
+def test_gather_nd_permissive_allows_any_rank():
+    x = torch.randn((2,) * 10)
+    assert tdo.gather_nd(x, torch.zeros(3, 2, dtype=torch.int64)).shape == (3,) + (2,) * 8
+
+
+# ------------------------------------------------------------------ batch dims per level
+
+def test_gather_nd_batch_dims_need_3_0():
+    x = torch.randn(2, 3, 4)
+    i = torch.zeros(2, 5, 1, dtype=U32)
+    with tdo.feature_level("2_1"), pytest.raises(ConstraintError, match="GATHER_ND1.*3_0"):
+        tdo.gather_nd(x, i, 1)
+    with tdo.feature_level("3_0"):
+        assert tdo.gather_nd(x, i, 1).shape == (2, 5, 4)
+
+
+# ------------------------------------------------------------------ shape rules (every level)
+
+@pytest.mark.parametrize("x_shape,i_shape,b,ci,cq,match", [
+    ((3, 4), (2, 3), 0, None, None, r"index-tuple size and must be in \[1, 2\].*got 3"),
+    ((3, 4), (2, 0), 0, None, None, r"index-tuple size.*got 0"),
+    ((3, 4), (), 0, None, None, "IndicesTensor must have at least 1 dimension"),
+    ((), (1,), 0, None, None, "InputTensor must have at least 1 dimension"),
+    ((2, 4), (3, 1), 1, None, None, r"batch dimension 0 differs: IndicesTensor has 3, InputTensor has 2"),
+    ((2, 4), (2, 1), 2, None, None, r"batch_dims .* must be in \[0, min"),
+    ((2, 4), (2, 1), -1, None, None, r"batch_dims .* must be in \[0, min"),
+    ((1, 3, 4), (1, 2, 1), 0, 2, None, "needs both"),
+    ((1, 3, 4), (2, 1), 0, 2, 2, "IndicesTensor.DimensionCount must equal InputTensor.DimensionCount"),
+    ((1, 3, 4), (1, 2, 1), 0, 4, 2, r"input_dimension_count must be in \[1, InputTensor.DimensionCount = 3\], got 4"),
+    ((1, 3, 4), (1, 2, 1), 0, 2, 0, r"indices_dimension_count must be in \[1, IndicesTensor.DimensionCount = 3\], got 0"),
+    ((2, 3, 4), (1, 2, 1), 0, 2, 2, "InputTensor has size 2 in dimension 0.*padding dimensions must have size 1"),
+    ((1, 3, 4), (2, 2, 1), 0, 2, 2, "IndicesTensor has size 2 in dimension 0"),
+    ((1, 3, 4), (2, 2, 1), 0, 3, 3, "OutputTensor needs 4 dimensions.*more than the DimensionCount 3"),
+])
+def test_gather_nd_shape_rules(x_shape, i_shape, b, ci, cq, match):
+    x = torch.randn(x_shape)
+    i = torch.zeros(i_shape, dtype=torch.int64)
+    with pytest.raises(ConstraintError, match=match):
+        tdo.gather_nd(x, i, b, input_dimension_count=ci, indices_dimension_count=cq)
+
+
+def test_gather_nd_rules_hold_under_fake_tensors():
+    """The fake kernel runs the same checks, so tracing fails like eager does."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        x = torch.randn(3, 4)
+        with pytest.raises(ConstraintError, match="index-tuple size"):
+            tdo.gather_nd(x, torch.zeros(2, 3, dtype=torch.int64))
+        with tdo.feature_level("2_1"), pytest.raises(ConstraintTypeError, match="index type"):
+            tdo.gather_nd(x, torch.zeros(2, 1, dtype=torch.int64))
+        assert tdo.gather_nd(x, torch.zeros(5, 1, dtype=torch.int64)).shape == (5, 4)
+
+
+def test_gather_nd_device_mismatch():
+    x = torch.randn(3, 4)
+    i = torch.zeros(2, 1, dtype=torch.int64, device="meta")
+    with pytest.raises((ValueError, RuntimeError), match="device|meta"):
+        tdo.gather_nd(x, i)
+
+
+def test_validation_failure_modifies_nothing():
+    x = torch.randn(1, 3, 4)
+    i = torch.zeros(1, 2, 1, dtype=torch.int64)
+    out = torch.full((1, 2, 4), 3.0)
+    x0, i0 = x.clone(), i.clone()
+    with tdo.feature_level("2_1"), pytest.raises(ConstraintError):
+        tdo.gather_nd(x, i, out=out)
+    assert torch.equal(x, x0) and torch.equal(i, i0) and torch.equal(out, torch.full((1, 2, 4), 3.0))
