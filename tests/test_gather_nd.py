@@ -468,3 +468,26 @@ def _check_property(shape, b, k, prefix, dtype, idx_dtype, seed):
         return
     i = make_indices(prefix, sizes, idx_dtype, negative=True, generator=g)
     assert_bits_equal(tdo.gather_nd(x, i, b), gather_nd_ref(x, i, b))
+
+
+@pytest.mark.usefixtures("portable_path")
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("bad_col,bad_value", [(0, 4), (0, -5), (1, 5), (1, -6), (0, 2**63 + 3)])
+def test_gather_nd_element_gather_out_of_range(index_dtype, bad_col, bad_value):
+    """Element gathers (tuple size == rank) range-check column 0 through torch.take's own check."""
+    signed = index_dtype in (torch.int64, torch.int32)
+    if bad_value < 0 and not signed or bad_value >= 2**31 and index_dtype != torch.uint64:
+        pytest.skip("value not representable in this index type")
+    x = torch.randn(4, 5)
+    i = make_indices((6,), (4, 5), torch.int64, negative=signed)
+    vals = i.tolist()
+    vals[3][bad_col] = bad_value
+    if index_dtype == torch.uint64:
+        i = torch.tensor([[v % 2**64 for v in row] for row in vals], dtype=torch.uint64)
+    else:
+        i = torch.tensor(vals).to(index_dtype)
+    with pytest.raises(IndexError, match=rf"value {bad_value} at position \(3, {bad_col}\)"):
+        tdo.gather_nd(x, i)
+    good = i.clone()
+    good[3, bad_col] = 1
+    assert_bits_equal(tdo.gather_nd(x, good), gather_nd_ref(x, good))

@@ -30,7 +30,10 @@ def triton_available() -> bool:
 
 
 def requested_backend() -> str:
-    mode = os.environ.get("TORCH_DML_OPS_BACKEND", "auto").strip().lower() or "auto"
+    mode = os.environ.get("TORCH_DML_OPS_BACKEND", "auto")
+    if mode in BACKENDS:
+        return mode
+    mode = mode.strip().lower() or "auto"
     if mode not in BACKENDS:
         raise ValueError(
             f"TORCH_DML_OPS_BACKEND={mode!r} is not one of {', '.join(BACKENDS)}"
@@ -45,10 +48,10 @@ def interpreting() -> bool:
 def use_triton(device: torch.device) -> bool:
     """Decide for one call on tensors living on ``device``."""
     mode = requested_backend()
-    if mode == "torch":
-        return False
     if mode == "auto":
         return device.type == "cuda" and triton_available()
+    if mode == "torch":
+        return False
     # mode == "triton": forced
     if not triton_available():
         raise RuntimeError(
@@ -89,7 +92,7 @@ def plain_eager_call(tensors, differentiable) -> bool:
     if torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None:
         return False
     for t in tensors:
-        if type(t) is not torch.Tensor or t.device.type == "meta":
+        if type(t) is not torch.Tensor or t.is_meta:
             return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in differentiable):
         return False

@@ -31,7 +31,7 @@ def index_matrix(indices: torch.Tensor, n_tuples: int, k: int, small: bool) -> t
     (``small``), which halves the bytes moved.
     """
     dt = indices.dtype
-    idx = indices.reshape(n_tuples, k)
+    idx = indices if indices.dim() == 2 else indices.reshape(n_tuples, k)
     if dt == torch.int64 or (dt == torch.int32 and small):
         return idx
     if dt == torch.uint64:
@@ -47,20 +47,30 @@ def first_bad_position(idx2: torch.Tensor, sizes: Sequence[int], signed: bool) -
 
 
 def check_and_wrap_plan(op: str, indices: torch.Tensor, idx2: torch.Tensor, sizes: Sequence[int],
-                        signed: bool, check: bool, dim_names: Sequence[str]) -> List[bool]:
-    """Range-check the index matrix (one reduction and one host sync); say which columns hold
-    negative indices that must wrap.  Without ``check`` every signed column is wrapped blindly."""
+                        signed: bool, check: bool, dim_names: Sequence[str],
+                        first: int = 0) -> List[bool]:
+    """Range-check columns ``first..k-1`` of the index matrix (reductions and one host sync) and
+    say which columns hold negative indices that must wrap.  Without ``check`` every signed column
+    is wrapped blindly.  Columns before ``first`` are left to the caller (reported unwrapped)."""
     k = len(sizes)
+    if first >= k:
+        return [False] * k
     if not check or idx2.numel() == 0:
-        return [signed and idx2.numel() > 0] * k
-    mn, mx = torch.aminmax(idx2, dim=0)
-    mn, mx = mn.tolist(), mx.tolist()
-    for j in range(k):
-        lo = -sizes[j] if signed else 0
-        if mn[j] < lo or mx[j] >= sizes[j]:
-            pos = first_bad_position(idx2, sizes, signed)
-            raise_index_error(op, indices, pos, indices.shape, sizes, dim_names, signed, k)
-    return [signed and mn[j] < 0 for j in range(k)]
+        return [False] * first + [signed and idx2.numel() > 0] * (k - first)
+    # One flat min/max over the checked columns is ~4x cheaper than a per-column (dim=0)
+    # reduction; per-column bounds are needed only when the flat ones are inconclusive.
+    cols = idx2 if first == 0 else idx2[:, first:]
+    mn, mx = (v.item() for v in torch.aminmax(cols))
+    lo = -min(sizes[first:]) if signed else 0
+    if not (mn >= lo and mx < min(sizes[first:])):
+        mns, mxs = torch.aminmax(cols, dim=0)
+        mns, mxs = mns.tolist(), mxs.tolist()
+        for j in range(first, k):
+            if mns[j - first] < (-sizes[j] if signed else 0) or mxs[j - first] >= sizes[j]:
+                pos = first_bad_position(idx2, sizes, signed)
+                raise_index_error(op, indices, pos, indices.shape, sizes, dim_names, signed, k)
+        return [False] * first + [signed and v < 0 for v in mns]
+    return [False] * first + [signed and mn < 0] * (k - first)
 
 
 def linear_rows(idx2: torch.Tensor, sizes: Sequence[int], wrap: Sequence[bool], batch: int,
@@ -105,8 +115,7 @@ def _report_bad_index(op: str, indices: torch.Tensor, idx2: torch.Tensor, sizes:
 
 
 def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayout, check: bool,
-                    out: Optional[torch.Tensor] = None,
-                    dim_names: Sequence[str] = ()) -> torch.Tensor:
+                    out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """gather_nd with torch ops: linearize the index tuples, then one ``index_select`` of rows.
 
     Writes into ``out`` when given (any strides), else returns a new tensor.
@@ -115,7 +124,6 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
     b, k = lay.batch_dims, lay.k
     sizes = lay.index_sizes
     n_tuples = lay.n_tuples
-    dim_names = dim_names or [f"InputTensor dimension {d}" for d in range(b, b + k)]
     if n_tuples == 0:
         return torch.empty(lay.out_shape, dtype=input.dtype, device=input.device) if out is None else out
     signed = indices.dtype in SIGNED_INDEX_DTYPES
@@ -124,20 +132,46 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
 
     if b == 0 and n_tuples <= SMALL_TUPLES:
         if indices.dtype == torch.uint64 and bool((idx2 < 0).any()):
-            _report_bad_index(op, indices, idx2, sizes, signed, dim_names)   # >= 2**63
+            _report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(input.dim()))   # >= 2**63
+        src = as_movable(input)
+        if lay.dml_form:
+            src = src.reshape(lay.natural_input_shape)
         try:
-            res = as_movable(input).reshape(lay.natural_input_shape)[idx2.unbind(1)]
+            res = src[idx2.unbind(1)]
         except IndexError:
-            _report_bad_index(op, indices, idx2, sizes, signed, dim_names)
+            _report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(input.dim()))
             raise
-        res = res.view(input.dtype).view(lay.out_shape)
+        if src.dtype != input.dtype:
+            res = res.view(input.dtype)
+        if lay.dml_form or indices.dim() != 2:
+            res = res.view(lay.out_shape)
         if out is None:
             return res
         return out.copy_(res)
 
-    wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, check, dim_names)
     if out is None:
         out = torch.empty(lay.out_shape, dtype=input.dtype, device=input.device)
+    if (b == 0 and slice_len == 1 and idx2.dtype == torch.int64 and input.is_contiguous()
+            and out.numel() and check):
+        # Element gather: ``take`` wraps negative linear indices and range-checks them itself.
+        # With columns 1..k-1 checked in range, that is exactly the rule for column 0, so one
+        # pass over the indices is saved.  (uint64 >= 2**63 reads as negative: checked apart.)
+        names = lay.dim_names(input.dim())
+        if not signed and bool((idx2[:, 0] < 0).any()):
+            _report_bad_index(op, indices, idx2, sizes, signed, names)
+        wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, check, names, first=1)
+        lin = linear_rows(idx2, sizes, wrap, 1, n_tuples)
+        dst = as_movable(out)
+        try:
+            if dst.is_contiguous():
+                torch.take(as_movable(input), lin, out=dst.view(lin.shape))
+            else:
+                dst.copy_(torch.take(as_movable(input), lin).view(dst.shape))
+        except IndexError:
+            _report_bad_index(op, indices, idx2, sizes, signed, names)
+            raise
+        return out
+    wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, check, lay.dim_names(input.dim()))
     if out.numel() == 0:
         return out
     per_batch = n_tuples // batch

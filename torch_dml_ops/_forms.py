@@ -87,6 +87,12 @@ class GatherLayout:
     def n_tuples(self) -> int:
         return prod(self.natural_indices_shape[:-1])
 
+    def dim_names(self, input_rank: int) -> list:
+        """Names of the indexed input dimensions, numbered as the caller's tensor has them."""
+        pad = input_rank - len(self.natural_input_shape)
+        return [f"InputTensor dimension {d + pad}"
+                for d in range(self.batch_dims, self.batch_dims + self.k)]
+
 
 def gather_layout(op: str, input_shape: Sequence[int], indices_shape: Sequence[int], batch_dims: int,
                   input_dimension_count: Optional[int], indices_dimension_count: Optional[int],

@@ -319,14 +319,55 @@ def raise_index_error(op: str, indices: torch.Tensor, flat_position: int, index_
 from ._forms import GatherLayout, gather_layout  # noqa: E402  (needs ConstraintError above)
 
 
+class _Memo:
+    """Results of metadata checks keyed on plain-int shapes, dtypes and arguments.
+
+    The checks are pure functions of metadata, and re-running them costs more than a small gather;
+    shapes holding SymInts (tracing) are not hashable and are simply not memoized.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self.data: dict = {}
+
+    def get(self, key):
+        try:
+            return self.data.get(key)
+        except TypeError:   # unhashable SymInt
+            return None
+
+    def put(self, key, value) -> None:
+        try:
+            if len(self.data) >= self.size:
+                self.data.clear()
+            self.data[key] = value
+        except TypeError:
+            pass
+
+
+_gather_memo = _Memo()
+
+
 def check_gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int,
                     input_dimension_count: Optional[int], indices_dimension_count: Optional[int],
                     level: str) -> GatherLayout:
     """Every metadata rule of DML_GATHER_ND / DML_GATHER_ND1 at ``level``; returns the layout."""
+    if input.device != indices.device:
+        check_same_device("gather_nd", (("InputTensor", input), ("IndicesTensor", indices)))
+    key = (input.shape, indices.shape, input.dtype, indices.dtype, batch_dims,
+           input_dimension_count, indices_dimension_count, level)
+    lay = _gather_memo.get(key)
+    if lay is None:
+        lay = _check_gather_nd(input, indices, batch_dims, input_dimension_count,
+                               indices_dimension_count, level)
+        _gather_memo.put(key, lay)
+    return lay
+
+
+def _check_gather_nd(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
+                     level) -> GatherLayout:
     op = "gather_nd"
     check_level_argument(level)
-    if input.device != indices.device:
-        check_same_device(op, (("InputTensor", input), ("IndicesTensor", indices)))
     check_data_dtype(op, "InputTensor", input.dtype, level)
     check_index_dtype(op, "IndicesTensor", indices.dtype, level)
     lay = gather_layout(op, input.shape, indices.shape, batch_dims, input_dimension_count,

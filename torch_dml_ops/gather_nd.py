@@ -42,11 +42,6 @@ lib.define("gather_nd_backward(Tensor grad, Tensor indices, SymInt[] input_shape
            "int? input_dimension_count, int? indices_dimension_count) -> Tensor")
 
 
-def _index_dim_names(input_rank: int, lay: GatherLayout) -> list:
-    pad = input_rank - len(lay.natural_input_shape)
-    return [f"InputTensor dimension {d + pad}" for d in range(lay.batch_dims, lay.batch_dims + lay.k)]
-
-
 def _gather_into(out: Optional[torch.Tensor], input: torch.Tensor, indices: torch.Tensor,
                  lay: GatherLayout, check: bool) -> torch.Tensor:
     """Run the chosen backend; writes into ``out`` (the caller's ``out=``) or a new tensor.
@@ -55,9 +50,8 @@ def _gather_into(out: Optional[torch.Tensor], input: torch.Tensor, indices: torc
     the Triton path writes a fresh output in the same pass as the check, but checks a caller's
     ``out=`` in a separate pre-pass (it reads only the indices).
     """
-    names = _index_dim_names(input.dim(), lay)
     if not _backend.use_triton(input.device):
-        return gather_nd_torch(input, indices, lay, check, out, names)
+        return gather_nd_torch(input, indices, lay, check, out)
     from . import triton_kernels
     nat_input = input.reshape(lay.natural_input_shape)
     nat_indices = indices.reshape(lay.natural_indices_shape)
@@ -72,7 +66,8 @@ def _gather_into(out: Optional[torch.Tensor], input: torch.Tensor, indices: torc
             pos = int(flag.item())   # the one host sync of a checked call
             if pos != 2**63 - 1:
                 raise_index_error("gather_nd", indices, pos, indices.shape, lay.index_sizes,
-                                  names, indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
+                                  lay.dim_names(input.dim()),
+                                  indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
 
     if check and user_out:
         run(True, False)
