@@ -491,3 +491,25 @@ def test_gather_nd_element_gather_out_of_range(index_dtype, bad_col, bad_value):
     good = i.clone()
     good[3, bad_col] = 1
     assert_bits_equal(tdo.gather_nd(x, good), gather_nd_ref(x, good))
+
+
+@pytest.mark.usefixtures("portable_path")
+@pytest.mark.parametrize("contiguous", [True, False])
+@pytest.mark.parametrize("b", [0, 1])
+@pytest.mark.parametrize("bad_col", [0, 1])
+@pytest.mark.parametrize("high", [True, False], ids=["high", "low"])
+def test_gather_nd_out_of_range_every_strategy(contiguous, b, bad_col, high):
+    base = torch.randn(3, 5, 6, 4)
+    x = base if contiguous else base.transpose(2, 3).contiguous().transpose(2, 3)[:, :, :, ::2]
+    sizes = x.shape[b:b + 2]
+    bad_value = sizes[bad_col] if high else -sizes[bad_col] - 1
+    i = make_indices(x.shape[:b] + (4,), sizes, torch.int64, negative=True)
+    where = (2, bad_col) if b == 0 else (1, 2, bad_col)
+    i[where] = bad_value
+    pos = str(where).replace("(", r"\(").replace(")", r"\)")
+    out = torch.full(i.shape[:-1] + x.shape[b + 2:], 3.0)
+    with pytest.raises(IndexError, match=rf"value {bad_value} at position {pos}"):
+        tdo.gather_nd(x, i, b)
+    with pytest.raises(IndexError, match=rf"value {bad_value}"):
+        tdo.gather_nd(x, i, b, out=out)
+    assert torch.equal(out, torch.full_like(out, 3.0))

@@ -47,30 +47,28 @@ def first_bad_position(idx2: torch.Tensor, sizes: Sequence[int], signed: bool) -
 
 
 def check_and_wrap_plan(op: str, indices: torch.Tensor, idx2: torch.Tensor, sizes: Sequence[int],
-                        signed: bool, check: bool, dim_names: Sequence[str],
-                        first: int = 0) -> List[bool]:
-    """Range-check columns ``first..k-1`` of the index matrix (reductions and one host sync) and
-    say which columns hold negative indices that must wrap.  Without ``check`` every signed column
-    is wrapped blindly.  Columns before ``first`` are left to the caller (reported unwrapped)."""
+                        signed: bool, dim_names: Sequence[str], first: int = 0) -> List[bool]:
+    """Range-check columns ``first..k-1`` of the index matrix and say which columns hold negative
+    indices that must wrap (one host sync).
+
+    ``first=1`` leaves column 0's range to the gather kernel (``take`` / ``index_select`` reject
+    a linear index outside the tensor, and with the other columns in range that is exactly
+    column 0's rule); its wrap flag is still reported.  One flat min/max over the contiguous
+    matrix is 2-4x cheaper than a per-column reduction (dim=0), which runs only when the flat
+    bounds are inconclusive: negative indices, or tuple dimensions of different sizes.
+    """
     k = len(sizes)
-    if first >= k:
+    mn, mx = (v.item() for v in torch.aminmax(idx2))
+    rest = sizes[first:]
+    if mn >= 0 and (not rest or mx < min(rest)):
         return [False] * k
-    if not check or idx2.numel() == 0:
-        return [False] * first + [signed and idx2.numel() > 0] * (k - first)
-    # One flat min/max over the checked columns is ~4x cheaper than a per-column (dim=0)
-    # reduction; per-column bounds are needed only when the flat ones are inconclusive.
-    cols = idx2 if first == 0 else idx2[:, first:]
-    mn, mx = (v.item() for v in torch.aminmax(cols))
-    lo = -min(sizes[first:]) if signed else 0
-    if not (mn >= lo and mx < min(sizes[first:])):
-        mns, mxs = torch.aminmax(cols, dim=0)
-        mns, mxs = mns.tolist(), mxs.tolist()
-        for j in range(first, k):
-            if mns[j - first] < (-sizes[j] if signed else 0) or mxs[j - first] >= sizes[j]:
-                pos = first_bad_position(idx2, sizes, signed)
-                raise_index_error(op, indices, pos, indices.shape, sizes, dim_names, signed, k)
-        return [False] * first + [signed and v < 0 for v in mns]
-    return [False] * first + [signed and mn < 0] * (k - first)
+    mns, mxs = (v.tolist() for v in torch.aminmax(idx2, dim=0))
+    for j in range(k):
+        below = mns[j] < (-sizes[j] if signed else 0)   # unsigned: uint64 >= 2**63 reads negative
+        if below and (j >= first or not signed) or j >= first and mxs[j] >= sizes[j]:
+            pos = first_bad_position(idx2, sizes, signed)
+            raise_index_error(op, indices, pos, indices.shape, sizes, dim_names, signed, k)
+    return [signed and v < 0 for v in mns]
 
 
 def linear_rows(idx2: torch.Tensor, sizes: Sequence[int], wrap: Sequence[bool], batch: int,
@@ -149,52 +147,50 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
             return res
         return out.copy_(res)
 
-    if out is None:
-        out = torch.empty(lay.out_shape, dtype=input.dtype, device=input.device)
-    if (b == 0 and slice_len == 1 and idx2.dtype == torch.int64 and input.is_contiguous()
-            and out.numel() and check):
-        # Element gather: ``take`` wraps negative linear indices and range-checks them itself.
-        # With columns 1..k-1 checked in range, that is exactly the rule for column 0, so one
-        # pass over the indices is saved.  (uint64 >= 2**63 reads as negative: checked apart.)
-        names = lay.dim_names(input.dim())
-        if not signed and bool((idx2[:, 0] < 0).any()):
+    names = lay.dim_names(input.dim())
+    if 0 in sizes:     # tuples into an empty dimension: every index is out of range
+        _report_bad_index(op, indices, idx2, sizes, signed, names)
+    if not input.is_contiguous():
+        # Advanced indexing reads through the strides (no copy of the input) and wraps and
+        # range-checks every dimension itself.  Dropping DML padding and merging the batch dims
+        # are views in all but exotic layouts.
+        if not signed and bool((idx2 < 0).any()):    # uint64 >= 2**63
             _report_bad_index(op, indices, idx2, sizes, signed, names)
-        wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, check, names, first=1)
-        lin = linear_rows(idx2, sizes, wrap, 1, n_tuples)
-        dst = as_movable(out)
+        src = as_movable(input).reshape((batch,) + tuple(sizes) + tuple(lay.slice_shape))
+        bidx = torch.arange(batch, device=input.device).unsqueeze(1)
+        per_batch = n_tuples // batch
         try:
-            if dst.is_contiguous():
-                torch.take(as_movable(input), lin, out=dst.view(lin.shape))
-            else:
-                dst.copy_(torch.take(as_movable(input), lin).view(dst.shape))
+            res = src[(bidx,) + tuple(c.reshape(batch, per_batch) for c in idx2.unbind(1))]
         except IndexError:
             _report_bad_index(op, indices, idx2, sizes, signed, names)
             raise
-        return out
-    wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, check, lay.dim_names(input.dim()))
+        res = res.view(input.dtype).view(lay.out_shape)
+        return res if out is None else out.copy_(res)
+
+    # Contiguous input: linearize the tuples, then one take (elements) or index_select (rows).
+    # A fresh output may be written before the kernel finds a bad column-0 index (the error
+    # then discards it), so the kernel checks column 0; a caller's out= is fully checked first.
+    delegate = b == 0 and out is None
+    wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, names, 1 if delegate else 0)
+    use_take = slice_len == 1 and idx2.dtype == torch.int64
+    if use_take and delegate:
+        wrap[0] = False     # take wraps negative linear indices itself
+    if out is None:
+        out = torch.empty(lay.out_shape, dtype=input.dtype, device=input.device)
     if out.numel() == 0:
         return out
-    per_batch = n_tuples // batch
-    if input.is_contiguous():
-        lin = linear_rows(idx2, sizes, wrap, batch, per_batch)
-        src = as_movable(input).view(batch * rows, slice_len)
-        dst = as_movable(out)
-        if not dst.is_contiguous():
-            dst.copy_(torch.index_select(src, 0, lin).view(dst.shape))
-        elif slice_len == 1:
-            torch.index_select(src.view(-1), 0, lin, out=dst.view(-1))
+    lin = linear_rows(idx2, sizes, wrap, batch, n_tuples // batch)
+    src = as_movable(input).view(batch * rows, slice_len)
+    dst = as_movable(out)
+    dst_2d = dst.view(n_tuples, slice_len) if dst.is_contiguous() else None
+    try:
+        if use_take:
+            res = torch.take(src, lin, out=dst_2d.view(-1)) if dst_2d is not None else torch.take(src, lin)
         else:
-            torch.index_select(src, 0, lin, out=dst.view(n_tuples, slice_len))
-        return out
-    # Non-contiguous input: advanced indexing reads through the strides, no copy of the input
-    # (dropping DML padding and merging the batch dims are views in all but exotic layouts).
-    src = as_movable(input).reshape((batch,) + tuple(sizes) + tuple(lay.slice_shape))
-    coords = []
-    for j in range(k):
-        c = idx2[:, j].reshape(batch, per_batch)
-        if wrap[j]:
-            c = torch.where(c < 0, c + sizes[j], c)
-        coords.append(c)
-    bidx = torch.arange(batch, device=input.device).unsqueeze(1)
-    as_movable(out).copy_(src[(bidx, *coords)].reshape(out.shape))
+            res = torch.index_select(src, 0, lin, out=dst_2d) if dst_2d is not None else torch.index_select(src, 0, lin)
+    except IndexError:
+        _report_bad_index(op, indices, idx2, sizes, signed, names)
+        raise
+    if dst_2d is None:
+        dst.copy_(res.view(dst.shape))
     return out

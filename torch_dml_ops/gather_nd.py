@@ -126,8 +126,8 @@ def _gather_nd_backward_impl(grad, indices, input_shape, batch_dims, input_dimen
         signed = indices.dtype in SIGNED_INDEX_DTYPES
         idx2 = index_matrix(indices, n_tuples, lay.k, batch * rows < 2**31)
         # The forward already range-checked these indices; this finds which columns wrap.
-        wrap = check_and_wrap_plan("gather_nd", indices, idx2, sizes, signed, True,
-                                   [f"dimension {d}" for d in range(lay.k)])
+        wrap = check_and_wrap_plan("gather_nd", indices, idx2, sizes, signed,
+                                   lay.dim_names(len(input_shape)))
         lin = linear_rows(idx2, sizes, wrap, batch, n_tuples // batch)
         grad_in.index_add_(0, lin, grad.reshape(n_tuples, slice_len))
     return grad_in.view(tuple(input_shape))
@@ -218,9 +218,10 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
             BatchDimensionCount; from DML_FEATURE_LEVEL_3_0).
         input_dimension_count, indices_dimension_count: select the DML form.
         check_indices: verify that every index is in range and raise ``IndexError`` otherwise
-            (costs one reduction over ``indices`` and one host sync).  With ``False`` the check
-            is skipped: results for out-of-range tuples are unspecified (the Triton kernel writes
-            zeros, the portable path may raise torch's own IndexError), but no kernel ever reads
+            (naming the value and its position).  On the Triton path the check costs one host
+            sync per call; ``False`` skips it, and an out-of-range tuple then yields zeros.  The
+            portable path always checks: its check is one flat min/max pass that it needs
+            anyway to know whether negative indices must wrap.  Either way no kernel ever reads
             or writes out of bounds.
         out: optional preallocated result (exact shape, dtype, device; must not overlap the
             inputs).  Not differentiable, like torch's ``out=`` functions.
