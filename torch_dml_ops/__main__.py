@@ -90,7 +90,7 @@ def main() -> int:
             ok = _same_bits(base, expected)
             failures += not ok
             shown = base.tolist() if base.numel() <= 16 else f"shape {tuple(base.shape)}"
-            print(f"  result {shown}  {"== expected" if ok else "!= expected " + str(expected.tolist())}")
+            print(f"  result {shown}  {'== expected' if ok else '!= expected ' + str(expected.tolist())}")
         for name, device, _ in backends:
             got = _run_on(name, device, fn)
             ok = _same_bits(got, base)
