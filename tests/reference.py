@@ -77,3 +77,63 @@ GATHER_ND_EXAMPLES = [
         output=[[[[2, 3], [4, 5]]]], output_sizes=(1, 1, 2, 2),
     ),
 ]
+
+
+def _np_value(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    return t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def scatter_nd_ref(data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
+                   reduction: str = "none") -> torch.Tensor:
+    """ONNX ScatterND-18 (natural form), tuple by tuple in index order (so for "none" the last
+    duplicate wins).  Arithmetic in numpy in the data's dtype; bfloat16 is rounded after every
+    step, as torch's bfloat16 arithmetic does.  Returns a torch tensor of the data's dtype."""
+    out = _np_value(data).copy()
+    upd = _np_value(updates)
+    idx = index_values(indices)
+    k = idx.shape[-1]
+    signed = indices.dtype in SIGNED
+    bf16 = data.dtype == torch.bfloat16
+    with np.errstate(all="ignore"):          # integer wrap-around is the defined behaviour
+        _scatter_loop(out, upd, idx, k, signed, bf16, reduction)
+    res = torch.from_numpy(np.ascontiguousarray(out))
+    return res.to(torch.bfloat16) if bf16 else res
+
+
+def _scatter_loop(out, upd, idx, k, signed, bf16, reduction):
+    for pos in np.ndindex(*idx.shape[:-1]):
+        coords = []
+        for j in range(k):
+            v = int(idx[pos + (j,)])
+            size = out.shape[j]
+            if signed and v < 0:
+                v += size
+            if not 0 <= v < size:
+                raise IndexError(f"reference: index {idx[pos + (j,)]} out of range for size {size}")
+            coords.append(v)
+        c = tuple(coords)
+        u = upd[pos]
+        cur = out[c]
+        if reduction == "none":
+            new = u
+        elif reduction == "add":
+            new = np.logical_or(cur, u) if out.dtype == np.bool_ else cur + u
+        elif reduction == "mul":
+            new = np.logical_and(cur, u) if out.dtype == np.bool_ else cur * u
+        elif reduction == "max":
+            new = np.maximum(cur, u)
+        elif reduction == "min":
+            new = np.minimum(cur, u)
+        else:
+            raise ValueError(reduction)
+        if bf16:
+            new = torch.from_numpy(np.asarray(new, dtype=np.float32)).to(torch.bfloat16).float().numpy()
+        out[c] = new
+
+
+# Copied from shared/spec/DML_SCATTER_ND.md (natural form, as the spec README's item 3 reads it).
+SCATTER_ND_EXAMPLE = dict(
+    input=[1, 2, 3, 4, 5, 6, 7, 8], indices=[[4], [3], [1], [7]], updates=[9, 10, 11, 12],
+    output=[1, 11, 3, 10, 9, 6, 7, 12],
+)

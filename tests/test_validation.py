@@ -203,3 +203,87 @@ def test_validation_failure_modifies_nothing():
     with tdo.feature_level("2_1"), pytest.raises(ConstraintError):
         tdo.gather_nd(x, i, out=out)
     assert torch.equal(x, x0) and torch.equal(i, i0) and torch.equal(out, torch.full((1, 2, 4), 3.0))
+
+
+# ------------------------------------------------------------------ scatter_nd
+
+def _scatter_dml(n=4, dtype=torch.float32, index_dtype=U32):
+    x = make_data((1,) * (n - 2) + (3, 2), dtype)
+    i = torch.tensor([[2], [0]]).to(index_dtype).reshape((1,) * (n - 2) + (2, 1))
+    u = make_data((1,) * (n - 2) + (2, 2), dtype)
+    return x, i, u
+
+
+@pytest.mark.parametrize("dtype", DATA_DTYPES, ids=str)
+@pytest.mark.parametrize("level", ["2_1", "3_0", None])
+def test_scatter_nd_data_types_per_level(level, dtype):
+    x, i, u = _scatter_dml(dtype=dtype)
+    with tdo.feature_level(level):
+        if level is None or dtype in DML_DATA_DTYPES:
+            tdo.scatter_nd(x, i, u, input_dimension_count=2, indices_dimension_count=2)
+        else:
+            with pytest.raises(ConstraintTypeError, match="InputTensor.*not a supported data type"):
+                tdo.scatter_nd(x, i, u, input_dimension_count=2, indices_dimension_count=2)
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("level", ["2_1", "3_0"])
+def test_scatter_nd_index_types_per_level(level, index_dtype):
+    x, i, u = _scatter_dml(index_dtype=index_dtype)
+    with tdo.feature_level(level):
+        if level == "3_0" or index_dtype == U32:
+            tdo.scatter_nd(x, i, u, input_dimension_count=2, indices_dimension_count=2)
+        else:
+            with pytest.raises(ConstraintTypeError, match="IndicesTensor.*index type"):
+                tdo.scatter_nd(x, i, u, input_dimension_count=2, indices_dimension_count=2)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 9])
+@pytest.mark.parametrize("level", ["2_1", "3_1"])
+def test_scatter_nd_dml_dimension_count(level, n):
+    x, i, u = _scatter_dml(n)
+    ok = n == 4 if level == "2_1" else n <= 8
+    with tdo.feature_level(level):
+        if ok:
+            tdo.scatter_nd(x, i, u, input_dimension_count=2, indices_dimension_count=2)
+        else:
+            with pytest.raises(ConstraintError, match=f"DimensionCount must be .* got {n}"):
+                tdo.scatter_nd(x, i, u, input_dimension_count=2, indices_dimension_count=2)
+
+
+@pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
+def test_scatter_nd_reductions_only_permissive(reduction):
+    x, i, u = _scatter_dml()
+    tdo.scatter_nd(x, i, u, reduction, input_dimension_count=2, indices_dimension_count=2)
+    with tdo.feature_level("3_1"), pytest.raises(ConstraintError, match="ONNX ScatterND-18 extension"):
+        tdo.scatter_nd(x, i, u, reduction, input_dimension_count=2, indices_dimension_count=2)
+
+
+@pytest.mark.parametrize("x_shape,i_shape,u_shape,kw,exc,match", [
+    ((4, 3), (2, 1), (2, 3), dict(reduction="sum"), ValueError, "reduction must be one of"),
+    ((4, 3), (2, 1), (2, 2), {}, ConstraintError, r"UpdatesTensor must have sizes \(2, 3\)"),
+    ((4, 3), (2, 3), (2,), {}, ConstraintError, "index-tuple size"),
+    ((1, 4, 3), (1, 2, 1), (2, 3), dict(input_dimension_count=2, indices_dimension_count=2),
+     ConstraintError, "UpdatesTensor.DimensionCount must equal"),
+    ((2, 4, 3), (1, 2, 1), (1, 2, 3), dict(input_dimension_count=2, indices_dimension_count=2),
+     ConstraintError, "InputTensor has size 2 in dimension 0"),
+])
+def test_scatter_nd_shape_rules(x_shape, i_shape, u_shape, kw, exc, match):
+    with pytest.raises(exc, match=match):
+        tdo.scatter_nd(torch.randn(x_shape), torch.zeros(i_shape, dtype=torch.int64),
+                       torch.randn(u_shape), **kw)
+
+
+def test_scatter_nd_updates_dtype_must_match():
+    with pytest.raises(ConstraintTypeError, match="UpdatesTensor has dtype torch.float64 but InputTensor has torch.float32"):
+        tdo.scatter_nd(torch.randn(4), torch.tensor([[1]]), torch.randn(1, dtype=torch.float64))
+
+
+def test_scatter_nd_validation_failure_modifies_nothing():
+    x = torch.randn(4, 3)
+    x0 = x.clone()
+    with tdo.feature_level("2_1"), pytest.raises(ConstraintError):
+        tdo.scatter_nd_(x, torch.tensor([[1]]), torch.randn(1, 3))     # int64 indices at 2_1
+    with pytest.raises(ConstraintError):
+        tdo.scatter_nd_(x, torch.tensor([[1]]), torch.randn(1, 2))
+    assert torch.equal(x, x0)

@@ -7,11 +7,14 @@ from ._validation import (ConstraintError, ConstraintTypeError, FEATURE_LEVELS, 
                           get_feature_level)
 from ._backend import available_backends
 from .gather_nd import gather_nd
+from .scatter_nd import scatter_nd, scatter_nd_
 
 __version__ = "0.1.0"
 
 __all__ = [
     "gather_nd",
+    "scatter_nd",
+    "scatter_nd_",
     "feature_level",
     "get_feature_level",
     "FEATURE_LEVELS",

@@ -194,3 +194,93 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
     if dst_2d is None:
         dst.copy_(res.view(dst.shape))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# scatter_nd
+# ---------------------------------------------------------------------------------------------
+
+_REDUCE_OP = {"mul": "prod", "max": "amax", "min": "amin"}
+# max/min compare values, so an unsigned type cannot be moved as its signed twin: widen instead.
+_WIDEN = {torch.uint16: torch.int32, torch.uint32: torch.int64}
+
+
+def _arith_dtype(dtype: torch.dtype, reduction: str) -> torch.dtype:
+    """The dtype the scatter computes in: same bits where the reduction is bit-compatible."""
+    if dtype == torch.bool:
+        return torch.bool if reduction == "add" else torch.uint8   # add on bool is logical or
+    if reduction in ("max", "min") and dtype in _WIDEN:
+        return _WIDEN[dtype]
+    return _MOVE_AS.get(dtype, dtype)
+
+
+def scatter_overwrite_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Tensor) -> None:
+    """``work[lin[t]] = upd[t]`` with duplicates resolved: the last tuple in index order wins.
+
+    A row is claimed by the highest ordinal that targets it (``scatter_reduce_`` amax, which is
+    order-independent), and only the claiming tuples write: rows never mix two updates.  Single
+    elements cannot mix, so outside deterministic mode an element scatter writes directly.
+    """
+    n = lin.numel()
+    if work.shape[1] == 1 and not torch.are_deterministic_algorithms_enabled():
+        work.view(-1).index_copy_(0, lin, upd.view(-1))
+        return
+    ord_dtype = torch.int32 if n < 2**31 else torch.int64
+    claim = torch.full((work.shape[0],), -1, dtype=ord_dtype, device=work.device)
+    pos = torch.arange(n, dtype=ord_dtype, device=work.device)
+    claim.scatter_reduce_(0, lin, pos, "amax")
+    keep = claim.index_select(0, lin) == pos
+    if bool(keep.all()):
+        work.index_copy_(0, lin, upd)
+    else:
+        sel = keep.nonzero().squeeze(1)
+        work.index_copy_(0, lin.index_select(0, sel), upd.index_select(0, sel))
+
+
+def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
+                     lay: GatherLayout, reduction: str,
+                     source: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Scatter ``updates`` into ``dst`` in place; ``source`` (the input) is first copied into
+    ``dst`` when given, else ``dst`` already holds it (the in-place variant).
+
+    Every index is range-checked before anything is written, so a failing call leaves ``dst``
+    as it was (it may be the caller's tensor: the in-place variant and ``out=``).
+    """
+    op = "scatter_nd"
+    k, sizes, n_tuples = lay.k, lay.index_sizes, lay.n_tuples
+    if n_tuples == 0:
+        return dst if source is None else dst.copy_(source)
+    signed = indices.dtype in SIGNED_INDEX_DTYPES
+    idx2 = index_matrix(indices, n_tuples, k, small=False)
+    names = lay.dim_names(dst.dim())
+    if 0 in sizes:
+        _report_bad_index(op, indices, idx2, sizes, signed, names)
+    wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, names)
+    if source is not None:
+        dst.copy_(source)
+    rows, slice_len = prod(sizes), lay.slice_len
+    if rows * slice_len == 0 or slice_len == 0:
+        return dst
+    lin = linear_rows(idx2, sizes, wrap, 1, n_tuples)
+    if lin.dtype != torch.int64:
+        lin = lin.long()
+    adt = _arith_dtype(dst.dtype, reduction)
+    same_bits = adt.itemsize == dst.dtype.itemsize and adt != torch.bool or adt == dst.dtype
+    in_place = same_bits and dst.is_contiguous()
+    if in_place:
+        work = dst.view(adt)
+    else:
+        work = (dst.view(adt) if same_bits else dst.to(adt)).contiguous()
+    work2d = work.view(rows, slice_len)
+    upd = updates.reshape(n_tuples, slice_len)
+    upd = upd.view(adt) if same_bits and adt != upd.dtype else upd.to(adt)
+    if reduction == "none":
+        scatter_overwrite_rows(work2d, lin, upd)
+    elif reduction == "add":
+        work2d.index_add_(0, lin, upd)
+    else:
+        work2d.scatter_reduce_(0, lin.unsqueeze(1).expand(n_tuples, slice_len), upd,
+                               _REDUCE_OP[reduction], include_self=True)
+    if not in_place:
+        (dst.view(adt) if same_bits else dst).copy_(work.view(dst.shape))
+    return dst

@@ -388,3 +388,72 @@ def _check_gather_nd(input, indices, batch_dims, input_dimension_count, indices_
                 f"{level_name(level)}"
             )
     return lay
+
+
+#: ScatterND reductions: DML_SCATTER_ND's overwrite ("none") and ONNX ScatterND-18's four.
+REDUCTIONS = ("none", "add", "mul", "max", "min")
+_scatter_memo = _Memo()
+
+
+def check_scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
+                     reduction: str, input_dimension_count: Optional[int],
+                     indices_dimension_count: Optional[int], level: str) -> GatherLayout:
+    """Every metadata rule of DML_SCATTER_ND at ``level``; returns the layout (``out_shape`` is
+    the shape UpdatesTensor must have)."""
+    if input.device != indices.device or input.device != updates.device:
+        check_same_device("scatter_nd", (("InputTensor", input), ("IndicesTensor", indices),
+                                         ("UpdatesTensor", updates)))
+    key = (input.shape, indices.shape, updates.shape, input.dtype, indices.dtype, updates.dtype,
+           reduction, input_dimension_count, indices_dimension_count, level)
+    lay = _scatter_memo.get(key)
+    if lay is None:
+        lay = _check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                                indices_dimension_count, level)
+        _scatter_memo.put(key, lay)
+    return lay
+
+
+def _check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                      indices_dimension_count, level) -> GatherLayout:
+    op = "scatter_nd"
+    check_level_argument(level)
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {', '.join(map(repr, REDUCTIONS))}, "
+                         f"got {reduction!r}")
+    check_data_dtype(op, "InputTensor", input.dtype, level)
+    # spec DML_SCATTER_ND.md "Tensor constraints": Input, Output and Updates share one DataType.
+    if updates.dtype != input.dtype:
+        raise ConstraintTypeError(
+            f"{op}: UpdatesTensor has dtype {updates.dtype} but InputTensor has {input.dtype}; "
+            f"they must have the same DataType"
+        )
+    check_index_dtype(op, "IndicesTensor", indices.dtype, level)
+    lay = gather_layout(op, input.shape, indices.shape, 0, input_dimension_count,
+                        indices_dimension_count, updates_name="UpdatesTensor")
+    if lay.dml_form and updates.dim() != input.dim():
+        raise ConstraintError(
+            f"{op}: in the DML form UpdatesTensor.DimensionCount must equal "
+            f"InputTensor.DimensionCount ({input.dim()}), got {updates.dim()}"
+        )
+    # spec DML_SCATTER_ND.md UpdatesTensor: Sizes = indices' leading segment + input's trailing
+    # segment (spec README 1: the segment after the indexed dimensions), right-aligned.
+    if tuple(updates.shape) != tuple(lay.out_shape):
+        raise ConstraintError(
+            f"{op}: UpdatesTensor must have sizes {tuple(lay.out_shape)} (IndicesTensor's leading "
+            f"{tuple(lay.natural_indices_shape[:-1])} + InputTensor's trailing "
+            f"{tuple(lay.slice_shape)}), got {tuple(updates.shape)}"
+        )
+    if level != PERMISSIVE:
+        if lay.dml_form:
+            check_dml_dimension_count(op, ("InputTensor", "IndicesTensor", "UpdatesTensor"),
+                                      (input.dim(), indices.dim(), updates.dim()), level, "3_0")
+        else:
+            check_natural_ranks(op, ("InputTensor", "IndicesTensor", "UpdatesTensor"),
+                                (input.dim(), indices.dim(), updates.dim()), level, "3_0")
+        if reduction != "none":
+            raise ConstraintError(
+                f"{op}: reduction={reduction!r} is an ONNX ScatterND-18 extension; "
+                f"DML_OPERATOR_SCATTER_ND only overwrites, so at {level_name(level)} the "
+                f"reduction must be 'none'"
+            )
+    return lay

@@ -6,5 +6,7 @@ that were already validated, with the output already allocated, so the interpret
 (see setup.py for why this folder is not installed as a top-level ``triton_kernels``).
 """
 from .gather_nd import gather_nd_triton
+from .scatter_nd import scatter_nd_check_triton, scatter_nd_triton, scatter_nd_triton_supports
 
-__all__ = ["gather_nd_triton"]
+__all__ = ["gather_nd_triton", "scatter_nd_check_triton", "scatter_nd_triton",
+           "scatter_nd_triton_supports"]

@@ -1,0 +1,410 @@
+"""scatter_nd: semantics against the loop oracle, reductions, duplicates, in-place, out=,
+autograd, opcheck, compile, export."""
+import numpy as np
+import pytest
+import torch
+
+import torch_dml_ops as tdo
+from helpers import DATA_DTYPES, INDEX_DTYPES, make_data, make_indices
+from reference import SCATTER_ND_EXAMPLE, scatter_nd_ref, to_bits
+
+scatter_op = torch.ops.torch_dml_ops.scatter_nd
+REDUCTIONS = ["none", "add", "mul", "max", "min"]
+
+
+def assert_same(actual, expected, exact=True):
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype
+    if exact or not actual.dtype.is_floating_point:
+        np.testing.assert_array_equal(to_bits(actual), to_bits(expected))
+    else:
+        tol = {torch.float16: 2e-3, torch.bfloat16: 2e-2}.get(actual.dtype, 1e-6)
+        torch.testing.assert_close(actual, expected, rtol=tol, atol=tol, equal_nan=True)
+
+
+def unique_indices(prefix, sizes, dtype, negative=True, generator=None):
+    """In-range tuples without duplicates (a random permutation of the index space)."""
+    n = int(np.prod(prefix)) if prefix else 1
+    total = int(np.prod(sizes))
+    assert n <= total
+    flat = torch.randperm(total, generator=generator)[:n]
+    cols = []
+    for s in reversed(sizes):
+        cols.append(flat % s)
+        flat = flat // s
+    idx = torch.stack(cols[::-1], -1).reshape(tuple(prefix) + (len(sizes),))
+    if negative and dtype in (torch.int64, torch.int32):
+        sz = torch.tensor(sizes)
+        flip = torch.randint(0, 2, idx.shape, generator=generator).bool()
+        idx = torch.where(flip, idx - sz, idx)
+    return idx.to(dtype)
+
+
+def make_updates(x, i, generator=None):
+    k = i.shape[-1]
+    return make_data(tuple(i.shape[:-1]) + tuple(x.shape[k:]), x.dtype, generator)
+
+
+# ------------------------------------------------------------------ spec examples
+
+def test_scatter_nd_spec_example_natural_form():
+    ex = SCATTER_ND_EXAMPLE
+    out = tdo.scatter_nd(torch.tensor(ex["input"], dtype=torch.float32), torch.tensor(ex["indices"]),
+                         torch.tensor(ex["updates"], dtype=torch.float32))
+    assert torch.equal(out, torch.tensor(ex["output"], dtype=torch.float32))
+
+
+def test_scatter_nd_spec_example_dml_form():
+    # spec README 3: the padded DML form is {1,8}, {4,1}, {1,4} with counts 1 and 2.
+    ex = SCATTER_ND_EXAMPLE
+    x = torch.tensor(ex["input"], dtype=torch.float32).reshape(1, 8)
+    i = torch.tensor(ex["indices"], dtype=torch.uint32).reshape(4, 1)
+    u = torch.tensor(ex["updates"], dtype=torch.float32).reshape(1, 4)
+    with tdo.feature_level("3_0"):
+        out = tdo.scatter_nd(x, i, u, input_dimension_count=1, indices_dimension_count=2)
+    assert torch.equal(out, torch.tensor(ex["output"], dtype=torch.float32).reshape(1, 8))
+
+
+def test_scatter_nd_spec_worked_size_example():
+    # spec DML_SCATTER_ND.md: Input [3,4,5,6,7], count 5; Indices [1,1,1,2,3], count 3 ->
+    # Updates [1,1,2,6,7]
+    x = torch.randn(3, 4, 5, 6, 7)
+    i = unique_indices((1, 1, 1, 2), (3, 4, 5), torch.int64)
+    u = torch.randn(1, 1, 2, 6, 7)
+    out = tdo.scatter_nd(x, i, u, input_dimension_count=5, indices_dimension_count=3)
+    assert_same(out, scatter_nd_ref(x, i.reshape(2, 3), u.reshape(2, 6, 7)))
+    with pytest.raises(tdo.ConstraintError, match=r"UpdatesTensor must have sizes \(1, 1, 2, 6, 7\)"):
+        tdo.scatter_nd(x, i, u.reshape(1, 2, 1, 6, 7), input_dimension_count=5, indices_dimension_count=3)
+    with pytest.raises(tdo.ConstraintError, match=r"UpdatesTensor.DimensionCount must equal"):
+        tdo.scatter_nd(x, i, u.reshape(2, 6, 7), input_dimension_count=5, indices_dimension_count=3)
+
+
+def test_scatter_nd_input_never_modified():
+    x = torch.randn(5, 3)
+    x0 = x.clone()
+    tdo.scatter_nd(x, torch.tensor([[1], [2]]), torch.randn(2, 3))
+    assert torch.equal(x, x0)
+
+
+# ------------------------------------------------------------------ dtypes x reductions
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DATA_DTYPES, ids=str)
+def test_scatter_nd_dtypes_reductions(dtype, index_dtype, reduction):
+    g = torch.Generator().manual_seed(7)
+    x = make_data((5, 4, 3), dtype, g)
+    i = unique_indices((2, 3), (5, 4), index_dtype, generator=g)
+    u = make_updates(x, i, g)
+    assert_same(tdo.scatter_nd(x, i, u, reduction), scatter_nd_ref(x, i, u, reduction))
+
+
+@pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.uint8, torch.uint16, torch.float32,
+                                   torch.float64, torch.bool, torch.bfloat16], ids=str)
+def test_scatter_nd_reductions_apply_every_duplicate(dtype, reduction):
+    g = torch.Generator().manual_seed(3)
+    x = make_data((4, 3), dtype, g)
+    i = torch.tensor([[1], [-3], [2], [1], [1], [0]])
+    u = make_updates(x, i, g)
+    exact = not dtype.is_floating_point or reduction in ("max", "min")
+    assert_same(tdo.scatter_nd(x, i, u, reduction), scatter_nd_ref(x, i, u, reduction), exact)
+
+
+def test_scatter_nd_max_min_nan_and_signed_zero():
+    x = torch.tensor([0.0, 1.0, float("nan"), -0.0])
+    i = torch.tensor([[0], [1], [2], [3], [1]])
+    u = torch.tensor([float("nan"), 2.0, 5.0, 0.0, float("nan")])
+    for red in ("max", "min"):
+        assert_same(tdo.scatter_nd(x, i, u, red), scatter_nd_ref(x, i, u, red), exact=False)
+
+
+# ------------------------------------------------------------------ duplicates with "none"
+
+@pytest.mark.parametrize("slice_len", [1, 5])
+def test_scatter_nd_duplicates_last_wins_in_deterministic_mode(deterministic, slice_len):
+    x = torch.zeros(6, slice_len)
+    i = torch.tensor([[1], [3], [1], [-5], [3], [0]])
+    u = torch.arange(6 * slice_len, dtype=torch.float32).reshape(6, slice_len)
+    out = tdo.scatter_nd(x.squeeze(-1) if slice_len == 1 else x, i, u.squeeze(-1) if slice_len == 1 else u)
+    assert_same(out.reshape(6, slice_len), scatter_nd_ref(x, i, u))
+
+
+def test_scatter_nd_duplicates_never_mix():
+    x = torch.zeros(3, 64)
+    i = torch.tensor([[1]] * 50)
+    u = torch.arange(50, dtype=torch.float32).unsqueeze(1).expand(50, 64).contiguous()
+    out = tdo.scatter_nd(x, i, u)
+    row = out[1]
+    assert torch.all(row == row[0]) and 0 <= row[0] < 50
+
+
+# ------------------------------------------------------------------ ranks, forms, layouts, empties
+
+@pytest.mark.parametrize("r,k", [(1, 1), (2, 1), (2, 2), (3, 2), (4, 3), (5, 1), (6, 4), (7, 2), (8, 8), (8, 3)])
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_scatter_nd_ranks(r, k, reduction):
+    g = torch.Generator().manual_seed(r * 10 + k)
+    shape = tuple(int(s) for s in torch.randint(1, 4, (r,), generator=g))
+    x = make_data(shape, torch.float64, g)
+    n = min(3, int(np.prod(shape[:k])))
+    i = unique_indices((n,), shape[:k], torch.int64, generator=g)
+    u = make_updates(x, i, g)
+    assert_same(tdo.scatter_nd(x, i, u, reduction), scatter_nd_ref(x, i, u, reduction))
+
+
+@pytest.mark.parametrize("layout", ["transposed", "sliced", "updates_strided"])
+def test_scatter_nd_non_contiguous(layout):
+    base = torch.randn(6, 8, 5)
+    x = base.transpose(0, 1) if layout == "transposed" else base[::2, 1::2] if layout == "sliced" else base
+    i = unique_indices((3, 1), x.shape[:1], torch.int64)
+    u = make_updates(x, i)
+    if layout == "updates_strided":
+        u = torch.randn(u.shape[::-1]).permute(*reversed(range(u.dim())))
+        assert not u.is_contiguous()
+    assert_same(tdo.scatter_nd(x, i.transpose(0, 1), u.transpose(0, 1)),
+                scatter_nd_ref(x, i.transpose(0, 1), u.transpose(0, 1)))
+
+
+def test_scatter_nd_zero_size():
+    x = torch.randn(3, 4)
+    assert torch.equal(tdo.scatter_nd(x, torch.zeros(0, 1, dtype=torch.int64), torch.zeros(0, 4)), x)
+    assert tdo.scatter_nd(torch.randn(3, 0), torch.tensor([[1]]), torch.zeros(1, 0)).shape == (3, 0)
+    with pytest.raises(IndexError, match="size 0"):
+        tdo.scatter_nd(torch.randn(0, 2), torch.tensor([[0]]), torch.zeros(1, 2))
+
+
+# ------------------------------------------------------------------ errors leave everything untouched
+
+@pytest.mark.parametrize("variant", ["functional", "out", "inplace"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
+def test_scatter_nd_out_of_range_modifies_nothing(variant, index_dtype):
+    x = torch.randn(4, 5, 3)
+    i = torch.tensor([[0, 1], [3, 4], [2, 5], [1, 1]]).to(index_dtype)       # 5 at (2, 1)
+    u = torch.randn(4, 3)
+    x0, u0 = x.clone(), u.clone()
+    out = torch.full_like(x, 7.0)
+    with pytest.raises(IndexError, match=r"value 5 at position \(2, 1\).*size 5"):
+        if variant == "functional":
+            tdo.scatter_nd(x, i, u)
+        elif variant == "out":
+            tdo.scatter_nd(x, i, u, out=out)
+        else:
+            tdo.scatter_nd_(x, i, u)
+    assert torch.equal(x, x0) and torch.equal(u, u0) and torch.equal(out, torch.full_like(x, 7.0))
+
+
+def test_scatter_nd_negative_indices_wrap_and_range():
+    x = torch.zeros(4)
+    out = tdo.scatter_nd(x, torch.tensor([[-1], [-4]]), torch.tensor([1.0, 2.0]))
+    assert out.tolist() == [2.0, 0.0, 0.0, 1.0]
+    with pytest.raises(IndexError, match=r"value -5 .*\[-4, 3\]"):
+        tdo.scatter_nd(x, torch.tensor([[-5]]), torch.tensor([1.0]))
+
+
+# ------------------------------------------------------------------ out= and in-place
+
+def test_scatter_nd_out_and_errors():
+    x = torch.randn(5, 3)
+    i = torch.tensor([[4], [0]])
+    u = torch.randn(2, 3)
+    out = torch.empty(5, 3)
+    assert tdo.scatter_nd(x, i, u, out=out) is out
+    assert torch.equal(out, tdo.scatter_nd(x, i, u))
+    strided = torch.empty(3, 5).t()
+    tdo.scatter_nd(x, i, u, "add", out=strided)
+    assert torch.equal(strided, tdo.scatter_nd(x, i, u, "add"))
+    with pytest.raises(ValueError, match="overlaps InputTensor"):
+        tdo.scatter_nd(x, i, u, out=x)
+    with pytest.raises(ValueError, match="overlaps UpdatesTensor"):
+        tdo.scatter_nd(torch.randn(2, 3), torch.tensor([[0], [1]]), u, out=u)
+    with pytest.raises(TypeError, match="dtype"):
+        tdo.scatter_nd(x, i, u, out=torch.empty(5, 3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_scatter_nd_inplace(reduction):
+    g = torch.Generator().manual_seed(5)
+    x = make_data((6, 4), torch.int32, g)
+    i = torch.tensor([[5], [-6], [2], [5]])
+    u = make_updates(x, i, g)
+    want = scatter_nd_ref(x, i, u, reduction)
+    before = x._version
+    res = tdo.scatter_nd_(x, i, u, reduction)
+    assert res is x and x._version > before
+    assert_same(x, want)          # slices: the last duplicate wins on the portable path
+
+
+def test_scatter_nd_inplace_strided_and_dml():
+    base = torch.zeros(4, 6)
+    view = base[:, ::2]                    # non-contiguous view: writes land in base
+    tdo.scatter_nd_(view, torch.tensor([[1, 2]]), torch.tensor([5.0]))
+    assert base[1, 4] == 5.0 and base.sum() == 5.0
+    y = torch.zeros(1, 8)
+    tdo.scatter_nd_(y, torch.tensor([[3]], dtype=torch.uint32), torch.tensor([[2.0]]),
+                    input_dimension_count=1, indices_dimension_count=2)
+    assert y[0, 3] == 2.0
+
+
+def test_scatter_nd_inplace_refuses_grad():
+    leaf = torch.zeros(4, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        tdo.scatter_nd_(leaf, torch.tensor([[1]]), torch.tensor([1.0]))
+    with pytest.raises(RuntimeError, match="requires grad"):
+        torch.ops.torch_dml_ops.scatter_nd_(leaf, torch.tensor([[1]]), torch.tensor([1.0]))
+    with pytest.raises(RuntimeError, match="updates requires grad"):
+        tdo.scatter_nd_(torch.zeros(4), torch.tensor([[1]]), torch.tensor([1.0], requires_grad=True))
+    with torch.no_grad():
+        tdo.scatter_nd_(leaf, torch.tensor([[1]]), torch.tensor([1.0]))
+    assert leaf[1] == 1.0
+
+
+# ------------------------------------------------------------------ autograd
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+@pytest.mark.parametrize("form", ["natural", "dml", "rows"])
+def test_scatter_nd_gradcheck(reduction, form):
+    g = torch.Generator().manual_seed(11)
+    if form == "rows":
+        x = torch.randn(5, 3, dtype=torch.float64, generator=g)
+        i = unique_indices((3,), (5,), torch.int64, generator=g)
+        kw = {}
+    elif form == "natural":
+        x = torch.randn(4, 3, dtype=torch.float64, generator=g)
+        i = unique_indices((2, 2), (4, 3), torch.int32, generator=g)
+        kw = {}
+    else:
+        x = torch.randn(1, 4, 3, dtype=torch.float64, generator=g)
+        i = unique_indices((1, 2), (4,), torch.int64, generator=g).reshape(1, 2, 1)
+        kw = dict(input_dimension_count=2, indices_dimension_count=2)
+    u = torch.randn(tdo.gather_nd(x, i, **kw).shape, dtype=torch.float64, generator=g)
+    x.requires_grad_(), u.requires_grad_()
+    fn = lambda a, b: tdo.scatter_nd(a, i, b, reduction, **kw)
+    assert torch.autograd.gradcheck(fn, (x, u))
+    assert torch.autograd.gradgradcheck(fn, (x, u))
+
+
+@pytest.mark.parametrize("reduction", ["mul", "max", "min"])
+def test_scatter_nd_non_differentiable_reductions_raise(reduction):
+    x = torch.randn(4, requires_grad=True)
+    out = tdo.scatter_nd(x, torch.tensor([[1]]), torch.tensor([2.0]), reduction)
+    with pytest.raises(RuntimeError, match=f"reduction='{reduction}' is not implemented"):
+        out.sum().backward()
+
+
+def test_scatter_nd_grad_composes_with_gather():
+    x = torch.randn(5, 2, dtype=torch.float64, requires_grad=True)
+    u = torch.randn(2, 2, dtype=torch.float64, requires_grad=True)
+    i = torch.tensor([[3], [0]])
+    g = torch.randn(5, 2, dtype=torch.float64)
+    tdo.scatter_nd(x, i, u).backward(g)
+    want_x = g.clone()
+    want_x[[3, 0]] = 0
+    assert torch.equal(x.grad, want_x) and torch.equal(u.grad, g[[3, 0]])
+
+
+# ------------------------------------------------------------------ opcheck, compile, export
+
+def _opcheck_samples():
+    x = torch.randn(4, 3, 5)
+    return [
+        (x, torch.tensor([[1, 2], [-1, 0]]), torch.randn(2, 5), "none", None, None),
+        (x, torch.tensor([[3], [0]], dtype=torch.uint32), torch.randn(2, 3, 5), "add", None, None),
+        (x.to(torch.int32), torch.tensor([[1, 1, 1]]), torch.tensor([7], dtype=torch.int32), "max", None, None),
+        (x.reshape(1, 4, 3, 5), torch.tensor([[[[0, 1]]]]), torch.randn(1, 1, 1, 5), "none", 3, 2),
+        (x.to(torch.uint16), torch.tensor([[2, 2, 2]], dtype=torch.uint64), torch.tensor([9], dtype=torch.uint16), "mul", None, None),
+    ]
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("sample", range(5))
+def test_scatter_nd_opcheck(sample, requires_grad):
+    x, i, u, red, ci, cq = _opcheck_samples()[sample]
+    if requires_grad:
+        if not x.dtype.is_floating_point or red not in ("none", "add"):
+            pytest.skip("not differentiable")
+        x, u = x.clone().requires_grad_(), u.clone().requires_grad_()
+    torch.library.opcheck(scatter_op, (x, i, u, red, ci, cq, "permissive", True))
+
+
+def test_scatter_nd_out_and_inplace_opcheck():
+    x, i, u = torch.randn(4, 5), torch.tensor([[1], [3]]), torch.randn(2, 5)
+    torch.library.opcheck(torch.ops.torch_dml_ops.scatter_nd_out,
+                          (x, i, u, "add", None, None, "permissive", True), {"out": torch.empty(4, 5)})
+    torch.library.opcheck(torch.ops.torch_dml_ops.scatter_nd_,
+                          (x.clone(), i, u, "none", None, None, "permissive", True))
+
+
+@pytest.mark.compile
+def test_scatter_nd_compile_fullgraph_no_graph_break():
+    from torch._dynamo.testing import CompileCounterWithBackend
+    torch._dynamo.reset()
+    cnt = CompileCounterWithBackend("aot_eager")
+
+    def fn(x, i, u, cache, ci, cu):
+        y = tdo.scatter_nd(x, i, u) * 2
+        y = tdo.scatter_nd(y, i, u, "add")
+        tdo.scatter_nd_(cache, ci, cu)            # in-place, functionalized by the compiler
+        return tdo.gather_nd(y, i).sum() + cache.sum()
+
+    cfn = torch.compile(fn, backend=cnt, fullgraph=True, dynamic=True)
+    for n in (5, 7, 9):
+        x = torch.randn(n, 11, requires_grad=True)
+        i = unique_indices((3,), (n,), torch.int64)
+        u = torch.randn(3, 11, requires_grad=True)
+        cache_c, cache_e = torch.zeros(n + 2, 13), torch.zeros(n + 2, 13)
+        ci = unique_indices((2,), (n + 2,), torch.int64)
+        cu = torch.randn(2, 13)
+        got, want = cfn(x, i, u, cache_c, ci, cu), fn(x, i, u, cache_e, ci, cu)
+        assert torch.allclose(got, want) and torch.equal(cache_c, cache_e)
+        gx, gu = torch.autograd.grad(got, (x, u))
+        wx, wu = torch.autograd.grad(want, (x, u))
+        assert torch.allclose(gx, wx) and torch.allclose(gu, wu)
+    assert cnt.frame_count == 1, cnt.frame_count
+
+
+@pytest.mark.compile
+def test_scatter_nd_export():
+    class M(torch.nn.Module):
+        def forward(self, x, i, u):
+            return tdo.scatter_nd(x, i, u, "add") + 1
+
+    x, i, u = torch.randn(6, 5), torch.tensor([[1], [-1], [1]]), torch.randn(3, 5)
+    ep = torch.export.export(M(), (x, i, u))
+    assert any("torch_dml_ops.scatter_nd" in str(n.target) for n in ep.graph.nodes)
+    assert torch.equal(ep.module()(x, i, u), M()(x, i, u))
+
+
+# ------------------------------------------------------------------ property test
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+@st.composite
+def scatter_problems(draw):
+    r = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=r, max_size=r)))
+    k = draw(st.integers(1, r))
+    n = draw(st.integers(0, 6))
+    dtype = draw(st.sampled_from(DATA_DTYPES))
+    idx_dtype = draw(st.sampled_from(INDEX_DTYPES))
+    reduction = draw(st.sampled_from(REDUCTIONS))
+    seed = draw(st.integers(0, 2**16))
+    return shape, k, n, dtype, idx_dtype, reduction, seed
+
+
+@given(scatter_problems())
+def test_scatter_nd_property_matches_oracle(problem):
+    shape, k, n, dtype, idx_dtype, reduction, seed = problem
+    g = torch.Generator().manual_seed(seed)
+    x = make_data(shape, dtype, g)
+    i = make_indices((n,), shape[:k], idx_dtype, negative=True, generator=g)   # duplicates allowed
+    u = make_updates(x, i, g)
+    prev = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        out = tdo.scatter_nd(x, i, u, reduction)
+    finally:
+        torch.use_deterministic_algorithms(prev)
+    exact = not dtype.is_floating_point or reduction in ("none", "max", "min")
+    assert_same(out, scatter_nd_ref(x, i, u, reduction), exact)

@@ -1,0 +1,177 @@
+"""ScatterND in Triton: a range-check pass, then copy-free scatter passes into a prepared output.
+
+The output already holds the input (the caller copies it, or it is the in-place target).  Modes:
+overwrite (last tuple in index order wins, through a claim pass), direct store (element scatters
+outside deterministic mode: single elements cannot mix), and atomic add / max / min where the
+atomics are exact for the dtype (integers) or where order does not matter to the caller.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import NO_VIOLATION, bits_view, interpreting, next_pow2
+
+# MODE values (constexpr)
+CHECK, CLAIM, STORE_WINNERS, STORE, ADD, MAX, MIN = range(7)
+
+
+@triton.jit
+def _scatter_nd_kernel(
+    out_ptr, upd_ptr, idx_ptr, meta_ptr, aux_ptr,
+    n_tuples, slice_len,
+    K: tl.constexpr, SIGNED: tl.constexpr, MODE: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """One program: tuples [pid_t*BLOCK_T, +BLOCK_T) x slice elements [pid_s*BLOCK_S, +BLOCK_S).
+
+    Grid: (cdiv(n_tuples, BLOCK_T), cdiv(slice_len, BLOCK_S)).  ``out`` is ``[rows, slice_len]``
+    and ``upd`` ``[n_tuples, slice_len]``, both contiguous; ``meta_ptr`` holds the K indexed sizes,
+    then their row strides.  ``aux_ptr``: the violation flag (CHECK) or the per-row claim buffer
+    (CLAIM, STORE_WINNERS).  Out-of-range tuples never touch memory.
+    """
+    pid_t = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    offs_t = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)          # [BLOCK_T]
+    mask_t = offs_t < n_tuples
+    row = tl.zeros([BLOCK_T], dtype=tl.int64)
+    ok = mask_t
+    first_bad = tl.full([BLOCK_T], 9223372036854775807, tl.int64)
+    for j in tl.static_range(K):
+        size = tl.load(meta_ptr + j)
+        stride = tl.load(meta_ptr + K + j)
+        c = tl.load(idx_ptr + offs_t * K + j, mask=mask_t, other=0).to(tl.int64)
+        if SIGNED:
+            c = tl.where(c < 0, c + size, c)
+        bad = ((c < 0) | (c >= size)) & mask_t
+        ok = ok & (bad == 0)
+        first_bad = tl.minimum(first_bad, tl.where(bad, offs_t * K + j, 9223372036854775807))
+        row += tl.where(bad, 0, c) * stride
+    if MODE == 0:
+        b_first = tl.min(first_bad, axis=0)
+        tl.atomic_min(aux_ptr, b_first, mask=(pid_s == 0) & (b_first < 9223372036854775807))
+    elif MODE == 1:
+        # claim the row for the highest ordinal: the last tuple in index order wins
+        # (this mode runs with one program along the slice axis)
+        tl.atomic_max(aux_ptr + row, offs_t.to(aux_ptr.dtype.element_ty), mask=ok)
+    else:
+        offs_s = pid_s.to(tl.int64) * BLOCK_S + tl.arange(0, BLOCK_S)        # [BLOCK_S]
+        mask_s = offs_s < slice_len
+        if MODE == 2:
+            owner = tl.load(aux_ptr + row, mask=ok, other=-1).to(tl.int64)
+            ok = ok & (owner == offs_t)
+        m = ok[:, None] & mask_s[None, :]                                      # [BLOCK_T, BLOCK_S]
+        b_upd = tl.load(upd_ptr + offs_t[:, None] * slice_len + offs_s[None, :], mask=m)
+        dst = out_ptr + row[:, None] * slice_len + offs_s[None, :]
+        if MODE == 4:
+            tl.atomic_add(dst, b_upd, mask=m)
+        elif MODE == 5:
+            tl.atomic_max(dst, b_upd, mask=m)
+        elif MODE == 6:
+            tl.atomic_min(dst, b_upd, mask=m)
+        else:
+            tl.store(dst, b_upd, mask=m)
+
+
+_ATOMIC_ADD = (torch.int32, torch.int64, torch.uint32, torch.float32, torch.float64)
+_ATOMIC_MINMAX = (torch.int32, torch.int64)
+
+
+def scatter_nd_triton_supports(dtype: torch.dtype, reduction: str, deterministic: bool) -> bool:
+    """Whether the kernel computes this (dtype, reduction) exactly as the portable path does.
+
+    Overwrite: every dtype (bits are moved).  add: integer atomics are exact; float atomics only
+    outside deterministic mode (the order of additions varies).  max/min: signed integers.
+    mul has no atomic; fp16/bf16 atomics are left out (the interpreter cannot run them).
+    """
+    if reduction == "none":
+        return True
+    if reduction == "add":
+        return dtype in _ATOMIC_ADD and (not deterministic or not dtype.is_floating_point)
+    if reduction in ("max", "min"):
+        return dtype in _ATOMIC_MINMAX
+    return False
+
+
+def _blocks(n_tuples: int, slice_len: int, max_block: Optional[int]):
+    budget = max_block or (8192 if interpreting() else 2048)
+    block_s = max(1, min(next_pow2(slice_len), budget, 1024))
+    if triton.cdiv(slice_len, block_s) > 65535:
+        block_s = next_pow2(triton.cdiv(slice_len, 65535))
+    block_t = max(1, min(next_pow2(n_tuples), max(1, budget // block_s)))
+    return block_t, block_s
+
+
+def _meta(index_sizes, device):
+    strides, s = [], 1
+    for n in reversed(index_sizes):
+        strides.append(s)
+        s *= n
+    return torch.tensor(list(index_sizes) + strides[::-1], dtype=torch.int64, device=device)
+
+
+def _launch(mode, out2d, upd2d, idx, meta, aux, n_tuples, slice_len, k, max_block):
+    block_t, block_s = _blocks(n_tuples, slice_len, max_block)
+    grid = (triton.cdiv(n_tuples, block_t),
+            max(1, triton.cdiv(slice_len, block_s)) if mode >= STORE_WINNERS else 1)
+    _scatter_nd_kernel[grid](
+        out2d, upd2d, idx, meta, aux, n_tuples, slice_len,
+        K=k, SIGNED=idx.dtype in (torch.int64, torch.int32), MODE=mode,
+        BLOCK_T=block_t, BLOCK_S=block_s,
+    )
+
+
+def scatter_nd_check_triton(index_sizes, indices: torch.Tensor,
+                            max_block: Optional[int] = None) -> torch.Tensor:
+    """Range-check ``indices`` (``[..., K]``) against ``index_sizes``; returns the int64 flag
+    (first offending flat position, or ``NO_VIOLATION``).  Reads only the indices."""
+    k = indices.shape[-1]
+    flag = torch.full((1,), NO_VIOLATION, dtype=torch.int64, device=indices.device)
+    n_tuples = indices.numel() // k
+    if n_tuples:
+        idx = indices.contiguous()
+        meta = _meta(index_sizes, indices.device)
+        _launch(CHECK, flag, flag, idx, meta, flag, n_tuples, 1, k, max_block)
+    return flag
+
+
+def scatter_nd_triton(out: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, k: int,
+                      reduction: str, deterministic: bool,
+                      max_block: Optional[int] = None) -> None:
+    """Scatter into ``out`` (natural shape ``[*indexed(k), *slice]``, already holding the input).
+
+    ``indices`` is ``[..., k]`` and in range (checked before); ``updates`` is
+    ``indices.shape[:-1] + slice``.  The caller checks ``scatter_nd_triton_supports`` first.
+    """
+    index_sizes = list(out.shape[:k])
+    slice_len = math.prod(out.shape[k:])
+    n_tuples = indices.numel() // k
+    if n_tuples == 0 or out.numel() == 0:
+        return
+    rows = math.prod(index_sizes)
+    dst = out if out.is_contiguous() else out.contiguous()
+    idx = indices.contiguous()
+    upd = updates.contiguous()
+    meta = _meta(index_sizes, out.device)
+    out2d, upd2d = dst.view(rows, slice_len), upd.view(n_tuples, slice_len)
+    if reduction == "none":
+        out2d, upd2d = bits_view(out2d), bits_view(upd2d)
+        if slice_len == 1 and not deterministic:
+            _launch(STORE, out2d, upd2d, idx, meta, meta, n_tuples, slice_len, k, max_block)
+        else:
+            claim = torch.full((rows,), -1, device=out.device,
+                               dtype=torch.int32 if n_tuples < 2**31 else torch.int64)
+            _launch(CLAIM, out2d, upd2d, idx, meta, claim, n_tuples, slice_len, k, max_block)
+            _launch(STORE_WINNERS, out2d, upd2d, idx, meta, claim, n_tuples, slice_len, k,
+                    max_block)
+    else:
+        if out2d.dtype == torch.uint32:   # add is the same on the bits of int32
+            out2d, upd2d = out2d.view(torch.int32), upd2d.view(torch.int32)
+        mode = {"add": ADD, "max": MAX, "min": MIN}[reduction]
+        _launch(mode, out2d, upd2d, idx, meta, meta, n_tuples, slice_len, k, max_block)
+    if dst is not out:
+        out.copy_(dst)
