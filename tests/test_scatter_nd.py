@@ -12,6 +12,16 @@ scatter_op = torch.ops.torch_dml_ops.scatter_nd
 REDUCTIONS = ["none", "add", "mul", "max", "min"]
 
 
+@pytest.fixture(params=["small", "large"])
+def portable_path(request, monkeypatch):
+    """Both strategies of the portable path: one index_put_ for small scatters, and checked
+    linearize + claim/index_copy_/index_add_/scatter_reduce_ for large ones."""
+    from torch_dml_ops import _fallback
+    if request.param == "large":
+        monkeypatch.setattr(_fallback, "SMALL_SCATTER", -1)
+    return request.param
+
+
 def assert_same(actual, expected, exact=True):
     assert actual.shape == expected.shape and actual.dtype == expected.dtype
     if exact or not actual.dtype.is_floating_point:
@@ -53,6 +63,7 @@ def test_scatter_nd_spec_example_natural_form():
     assert torch.equal(out, torch.tensor(ex["output"], dtype=torch.float32))
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_spec_example_dml_form():
     # spec README 3: the padded DML form is {1,8}, {4,1}, {1,4} with counts 1 and 2.
     ex = SCATTER_ND_EXAMPLE
@@ -64,6 +75,7 @@ def test_scatter_nd_spec_example_dml_form():
     assert torch.equal(out, torch.tensor(ex["output"], dtype=torch.float32).reshape(1, 8))
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_spec_worked_size_example():
     # spec DML_SCATTER_ND.md: Input [3,4,5,6,7], count 5; Indices [1,1,1,2,3], count 3 ->
     # Updates [1,1,2,6,7]
@@ -90,6 +102,7 @@ def test_scatter_nd_input_never_modified():
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
 @pytest.mark.parametrize("dtype", DATA_DTYPES, ids=str)
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_dtypes_reductions(dtype, index_dtype, reduction):
     g = torch.Generator().manual_seed(7)
     x = make_data((5, 4, 3), dtype, g)
@@ -101,6 +114,7 @@ def test_scatter_nd_dtypes_reductions(dtype, index_dtype, reduction):
 @pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
 @pytest.mark.parametrize("dtype", [torch.int32, torch.uint8, torch.uint16, torch.float32,
                                    torch.float64, torch.bool, torch.bfloat16], ids=str)
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_reductions_apply_every_duplicate(dtype, reduction):
     g = torch.Generator().manual_seed(3)
     x = make_data((4, 3), dtype, g)
@@ -121,6 +135,7 @@ def test_scatter_nd_max_min_nan_and_signed_zero():
 # ------------------------------------------------------------------ duplicates with "none"
 
 @pytest.mark.parametrize("slice_len", [1, 5])
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_duplicates_last_wins_in_deterministic_mode(deterministic, slice_len):
     x = torch.zeros(6, slice_len)
     i = torch.tensor([[1], [3], [1], [-5], [3], [0]])
@@ -129,6 +144,7 @@ def test_scatter_nd_duplicates_last_wins_in_deterministic_mode(deterministic, sl
     assert_same(out.reshape(6, slice_len), scatter_nd_ref(x, i, u))
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_duplicates_never_mix():
     x = torch.zeros(3, 64)
     i = torch.tensor([[1]] * 50)
@@ -142,6 +158,7 @@ def test_scatter_nd_duplicates_never_mix():
 
 @pytest.mark.parametrize("r,k", [(1, 1), (2, 1), (2, 2), (3, 2), (4, 3), (5, 1), (6, 4), (7, 2), (8, 8), (8, 3)])
 @pytest.mark.parametrize("reduction", ["none", "add"])
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_ranks(r, k, reduction):
     g = torch.Generator().manual_seed(r * 10 + k)
     shape = tuple(int(s) for s in torch.randint(1, 4, (r,), generator=g))
@@ -153,6 +170,7 @@ def test_scatter_nd_ranks(r, k, reduction):
 
 
 @pytest.mark.parametrize("layout", ["transposed", "sliced", "updates_strided"])
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_non_contiguous(layout):
     base = torch.randn(6, 8, 5)
     x = base.transpose(0, 1) if layout == "transposed" else base[::2, 1::2] if layout == "sliced" else base
@@ -165,6 +183,7 @@ def test_scatter_nd_non_contiguous(layout):
                 scatter_nd_ref(x, i.transpose(0, 1), u.transpose(0, 1)))
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_zero_size():
     x = torch.randn(3, 4)
     assert torch.equal(tdo.scatter_nd(x, torch.zeros(0, 1, dtype=torch.int64), torch.zeros(0, 4)), x)
@@ -177,6 +196,7 @@ def test_scatter_nd_zero_size():
 
 @pytest.mark.parametrize("variant", ["functional", "out", "inplace"])
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_out_of_range_modifies_nothing(variant, index_dtype):
     x = torch.randn(4, 5, 3)
     i = torch.tensor([[0, 1], [3, 4], [2, 5], [1, 1]]).to(index_dtype)       # 5 at (2, 1)
@@ -193,6 +213,7 @@ def test_scatter_nd_out_of_range_modifies_nothing(variant, index_dtype):
     assert torch.equal(x, x0) and torch.equal(u, u0) and torch.equal(out, torch.full_like(x, 7.0))
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_negative_indices_wrap_and_range():
     x = torch.zeros(4)
     out = tdo.scatter_nd(x, torch.tensor([[-1], [-4]]), torch.tensor([1.0, 2.0]))
@@ -203,6 +224,7 @@ def test_scatter_nd_negative_indices_wrap_and_range():
 
 # ------------------------------------------------------------------ out= and in-place
 
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_out_and_errors():
     x = torch.randn(5, 3)
     i = torch.tensor([[4], [0]])
@@ -222,6 +244,7 @@ def test_scatter_nd_out_and_errors():
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_inplace(reduction):
     g = torch.Generator().manual_seed(5)
     x = make_data((6, 4), torch.int32, g)
@@ -234,6 +257,7 @@ def test_scatter_nd_inplace(reduction):
     assert_same(x, want)          # slices: the last duplicate wins on the portable path
 
 
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_inplace_strided_and_dml():
     base = torch.zeros(4, 6)
     view = base[:, ::2]                    # non-contiguous view: writes land in base
@@ -262,6 +286,7 @@ def test_scatter_nd_inplace_refuses_grad():
 
 @pytest.mark.parametrize("reduction", ["none", "add"])
 @pytest.mark.parametrize("form", ["natural", "dml", "rows"])
+@pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_gradcheck(reduction, form):
     g = torch.Generator().manual_seed(11)
     if form == "rows":
@@ -390,12 +415,22 @@ def scatter_problems(draw):
     idx_dtype = draw(st.sampled_from(INDEX_DTYPES))
     reduction = draw(st.sampled_from(REDUCTIONS))
     seed = draw(st.integers(0, 2**16))
-    return shape, k, n, dtype, idx_dtype, reduction, seed
+    small = draw(st.sampled_from([16384, -1]))       # which strategy of the portable path
+    return shape, k, n, dtype, idx_dtype, reduction, seed, small
 
 
 @given(scatter_problems())
 def test_scatter_nd_property_matches_oracle(problem):
-    shape, k, n, dtype, idx_dtype, reduction, seed = problem
+    from torch_dml_ops import _fallback
+    *problem, small = problem
+    _fallback.SMALL_SCATTER, saved = small, _fallback.SMALL_SCATTER
+    try:
+        _check_scatter_property(*problem)
+    finally:
+        _fallback.SMALL_SCATTER = saved
+
+
+def _check_scatter_property(shape, k, n, dtype, idx_dtype, reduction, seed):
     g = torch.Generator().manual_seed(seed)
     x = make_data(shape, dtype, g)
     i = make_indices((n,), shape[:k], idx_dtype, negative=True, generator=g)   # duplicates allowed

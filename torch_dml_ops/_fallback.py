@@ -237,14 +237,21 @@ def scatter_overwrite_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Ten
         work.index_copy_(0, lin.index_select(0, sel), upd.index_select(0, sel))
 
 
+#: Below this many updated elements one index_put_ call scatters: it wraps negative indices and
+#: range-checks in C++, and torch runs it in one thread under its parallel grain size (32768),
+#: in index order, so duplicates resolve to the last one and rows never mix.
+SMALL_SCATTER = 16384
+
+
 def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
                      lay: GatherLayout, reduction: str,
-                     source: Optional[torch.Tensor] = None) -> torch.Tensor:
+                     source: Optional[torch.Tensor] = None, fresh: bool = False) -> torch.Tensor:
     """Scatter ``updates`` into ``dst`` in place; ``source`` (the input) is first copied into
     ``dst`` when given, else ``dst`` already holds it (the in-place variant).
 
     Every index is range-checked before anything is written, so a failing call leaves ``dst``
-    as it was (it may be the caller's tensor: the in-place variant and ``out=``).
+    as it was (it may be the caller's tensor: the in-place variant and ``out=``); a ``fresh``
+    ``dst`` (a new tensor nobody else sees) may be written before the check completes.
     """
     op = "scatter_nd"
     k, sizes, n_tuples = lay.k, lay.index_sizes, lay.n_tuples
@@ -255,10 +262,31 @@ def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
     names = lay.dim_names(dst.dim())
     if 0 in sizes:
         _report_bad_index(op, indices, idx2, sizes, signed, names)
+    rows, slice_len = prod(sizes), lay.slice_len
+    small = (n_tuples * slice_len <= SMALL_SCATTER and reduction in ("none", "add")
+             and dst.dtype != torch.bool)
+    if small:
+        if fresh:
+            if not signed and bool((idx2 < 0).any()):     # uint64 >= 2**63
+                _report_bad_index(op, indices, idx2, sizes, signed, names)
+        else:
+            check_and_wrap_plan(op, indices, idx2, sizes, signed, names)
+        if source is not None:
+            dst.copy_(source)
+        if slice_len == 0:
+            return dst
+        target = as_movable(dst).reshape(lay.natural_input_shape)     # a view: drops padding
+        try:
+            target.index_put_(idx2.unbind(1),
+                              as_movable(updates).reshape((n_tuples,) + tuple(lay.slice_shape)),
+                              accumulate=reduction == "add")
+        except IndexError:
+            _report_bad_index(op, indices, idx2, sizes, signed, names)
+            raise
+        return dst
     wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, names)
     if source is not None:
         dst.copy_(source)
-    rows, slice_len = prod(sizes), lay.slice_len
     if rows * slice_len == 0 or slice_len == 0:
         return dst
     lin = linear_rows(idx2, sizes, wrap, 1, n_tuples)

@@ -58,13 +58,15 @@ class Case:
     reference: str                           # provider whose result the others must equal
     ours: Tuple[str, ...] = ()               # providers from this package (not torch-native)
     note: str = ""                           # shown under the table
+    baselines: Tuple[str, ...] = ()          # yardsticks (e.g. a plain copy of the same bytes):
+                                             # not checked against the reference, not "torch best"
 
     def __post_init__(self):
         if self.reference not in self.providers:
             raise ValueError(f"{self.op}/{self.name}: reference {self.reference!r} not a provider")
 
     def is_native(self, provider: str) -> bool:
-        return provider not in self.ours
+        return provider not in self.ours and provider not in self.baselines
 
 
 @dataclass
@@ -212,9 +214,105 @@ def gather_nd_cases() -> List[Case]:
     return cases
 
 
-# Register more ops here (e.g. "scatter_nd": scatter_nd_cases, "top_k1": top_k1_cases).
+# ---------------------------------------------------------------------------------------------
+# scatter_nd cases
+# ---------------------------------------------------------------------------------------------
+
+def _scatter_inputs(input_shape: Sequence[int], n: int, k: int) -> Callable[[int], Inputs]:
+    input_shape = tuple(input_shape)
+
+    def make(seed: int) -> Inputs:
+        torch.manual_seed(seed)
+        x = torch.randn(input_shape, dtype=torch.float32)
+        space = math.prod(input_shape[:k])
+        flat = torch.randperm(space)[:n]                     # unique tuples
+        cols = []
+        for size in reversed(input_shape[:k]):
+            cols.append(flat % size)
+            flat = flat // size
+        idx = torch.stack(cols[::-1], dim=1).contiguous()
+        slice_shape = input_shape[k:]
+        upd = torch.randn((n,) + slice_shape, dtype=torch.float32)
+        return {"x": x, "idx": idx, "upd": upd, "k": k, "slice_len": math.prod(slice_shape),
+                "stride_list": _row_major_strides(input_shape[:k]), "bufs": {}}
+    return make
+
+
+def _buf(d: Inputs, name: str) -> torch.Tensor:
+    """A per-provider destination, holding the input (allocated once: no page faults timed)."""
+    bufs = d["bufs"]
+    if name not in bufs:
+        bufs[name] = d["x"].clone()
+    return bufs[name]
+
+
+def _s_lin(d: Inputs) -> torch.Tensor:
+    return _lin_add_chain(d)
+
+
+def _s_rows(t: torch.Tensor, d: Inputs) -> torch.Tensor:
+    return t.view(-1, d["slice_len"])
+
+
+def _s_upd_rows(d: Inputs) -> torch.Tensor:
+    return d["upd"].view(-1, d["slice_len"])
+
+
+def _s_cols(d: Inputs):
+    return tuple(d["idx"][:, j] for j in range(d["k"]))
+
+
+def scatter_nd_cases() -> List[Case]:
+    specs = [
+        ("element 4096x4096 k=2 n=1M", (4096, 4096), 1_000_000, 2),
+        ("row 100000x256 k=1 n=64K", (100_000, 256), 65_536, 1),
+        ("4d 8x64x64x64 k=3 n=32K", (8, 64, 64, 64), 32_768, 3),
+        ("small 64x64 k=2 n=128", (64, 64), 128, 2),
+    ]
+    cases = []
+    for name, shape, n, k in specs:
+        make = _scatter_inputs(shape, n, k)
+        functional: Dict[str, Provider] = {
+            "tdo.scatter_nd": lambda d: tdo.scatter_nd(d["x"], d["idx"], d["upd"]),
+            "torch clone+index_put_": lambda d: d["x"].clone().index_put_(_s_cols(d), d["upd"]),
+            "torch clone+index_copy_ (rows)": lambda d: _s_rows(d["x"].clone(), d).index_copy_(
+                0, _s_lin(d), _s_upd_rows(d)).view(d["x"].shape),
+        }
+        cases.append(Case("scatter_nd", name, make, functional, reference="tdo.scatter_nd",
+                          ours=("tdo.scatter_nd",)))
+        if name.startswith("small"):
+            continue
+        into: Dict[str, Provider] = {
+            "tdo.scatter_nd(out=)": lambda d: tdo.scatter_nd(d["x"], d["idx"], d["upd"],
+                                                             out=_buf(d, "ours")),
+            "torch copy_+index_copy_ (rows)": lambda d: _s_rows(_buf(d, "ic").copy_(d["x"]), d)
+                .index_copy_(0, _s_lin(d), _s_upd_rows(d)).view(d["x"].shape),
+            "torch copy_+index_put_": lambda d: _buf(d, "ip").copy_(d["x"]).index_put_(
+                _s_cols(d), d["upd"]),
+        }
+        cases.append(Case("scatter_nd", name + " out=", make, into,
+                          reference="tdo.scatter_nd(out=)", ours=("tdo.scatter_nd(out=)",),
+                          note="out=: every provider writes into its own preallocated buffer"))
+        inplace: Dict[str, Provider] = {
+            "tdo.scatter_nd_": lambda d: tdo.scatter_nd_(_buf(d, "ours"), d["idx"], d["upd"]),
+            "torch index_copy_ (rows)": lambda d: _s_rows(_buf(d, "ic"), d).index_copy_(
+                0, _s_lin(d), _s_upd_rows(d)).view(d["x"].shape),
+            "torch index_put_": lambda d: _buf(d, "ip").index_put_(_s_cols(d), d["upd"]),
+            "copy of the updates' bytes": lambda d: _buf(d, "cp").view(-1)[:d["upd"].numel()]
+                .copy_(d["upd"].view(-1)),
+        }
+        cases.append(Case("scatter_nd", name + " in-place", make, inplace,
+                          reference="tdo.scatter_nd_", ours=("tdo.scatter_nd_",),
+                          baselines=("copy of the updates' bytes",),
+                          note="in-place: the yardstick is a contiguous copy of the bytes the "
+                               "scatter writes"))
+    return cases
+
+
+# Register more ops here (e.g. "top_k1": top_k1_cases).
 OPS: Dict[str, Callable[[], List[Case]]] = {
     "gather_nd": gather_nd_cases,
+    "scatter_nd": scatter_nd_cases,
 }
 
 
@@ -269,6 +367,9 @@ def run_case(case: Case, settings: Settings, seed: int = 0, log=print) -> List[R
             res = fn(inputs)
         except Exception as e:  # report, keep benchmarking the rest
             rows[pname].error = f"raised {type(e).__name__}: {e}"
+            continue
+        if pname in case.baselines:
+            live.append(pname)
             continue
         if not (res.shape == ref.shape and res.dtype == ref.dtype and torch.equal(res, ref)):
             rows[pname].error = (f"result differs from {case.reference} "

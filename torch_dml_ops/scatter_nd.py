@@ -42,7 +42,8 @@ lib.define(f"scatter_nd_(Tensor(a!) input, Tensor indices, Tensor updates, {_TAI
 
 
 def _scatter_into(dst: torch.Tensor, source: Optional[torch.Tensor], indices: torch.Tensor,
-                  updates: torch.Tensor, lay: GatherLayout, reduction: str, check: bool) -> None:
+                  updates: torch.Tensor, lay: GatherLayout, reduction: str, check: bool,
+                  fresh: bool = False) -> None:
     """Check the indices, copy ``source`` into ``dst`` (unless None), scatter: in that order, so
     a failing call writes nothing."""
     deterministic = torch.are_deterministic_algorithms_enabled()
@@ -66,7 +67,7 @@ def _scatter_into(dst: torch.Tensor, source: Optional[torch.Tensor], indices: to
                 torch.autograd.graph.increment_version(dst)
             return
     # Portable path (also for the Triton backend's unsupported dtype/reduction pairs).
-    scatter_nd_torch(dst, indices, updates, lay, reduction, source)
+    scatter_nd_torch(dst, indices, updates, lay, reduction, source, fresh)
 
 
 def _scatter_nd_impl(input, indices, updates, reduction="none", input_dimension_count=None,
@@ -74,7 +75,7 @@ def _scatter_nd_impl(input, indices, updates, reduction="none", input_dimension_
     lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                            indices_dimension_count, feature_level)
     out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-    _scatter_into(out, input, indices, updates, lay, reduction, check_indices)
+    _scatter_into(out, input, indices, updates, lay, reduction, check_indices, fresh=True)
     return out
 
 
