@@ -443,3 +443,21 @@ def _check_scatter_property(shape, k, n, dtype, idx_dtype, reduction, seed):
         torch.use_deterministic_algorithms(prev)
     exact = not dtype.is_floating_point or reduction in ("none", "max", "min")
     assert_same(out, scatter_nd_ref(x, i, u, reduction), exact)
+
+
+@pytest.mark.usefixtures("portable_path")
+@pytest.mark.parametrize("slice_len", [1, 3, 4, 6, 64])
+def test_scatter_nd_rows_move_bits_exactly(slice_len):
+    """Row copies may move wide elements: NaN payloads and -0.0 must survive bit for bit."""
+    bits = torch.randint(0, 2**31, (5, 7, slice_len), dtype=torch.int64)
+    bits[0, 0, 0] = 0x7FC00001
+    bits[1, 2, -1] = 0x7F800001          # signalling NaN
+    bits[2, 3, 0] = 0x80000000           # -0.0
+    u = bits.to(torch.int32).view(torch.float32)
+    x = torch.zeros(9, 7, slice_len)
+    i = torch.tensor([[8], [0], [-2], [4], [1]])
+    out = tdo.scatter_nd(x, i, u)
+    assert torch.equal(out.view(torch.int32)[[8, 0, 7, 4, 1]], u.view(torch.int32))
+    buf = x.clone()
+    tdo.scatter_nd_(buf, i, u)
+    assert torch.equal(buf.view(torch.int32), out.view(torch.int32))

@@ -53,15 +53,16 @@ def check_and_wrap_plan(op: str, indices: torch.Tensor, idx2: torch.Tensor, size
 
     ``first=1`` leaves column 0's range to the gather kernel (``take`` / ``index_select`` reject
     a linear index outside the tensor, and with the other columns in range that is exactly
-    column 0's rule); its wrap flag is still reported.  One flat min/max over the contiguous
-    matrix is 2-4x cheaper than a per-column reduction (dim=0), which runs only when the flat
-    bounds are inconclusive: negative indices, or tuple dimensions of different sizes.
+    column 0's rule); its wrap flag is still reported.  When the checked dimensions have one
+    size, one flat min/max over the contiguous matrix (2-4x cheaper than a per-column reduction)
+    settles it unless there are negative indices; otherwise a per-column (dim=0) reduction runs.
     """
     k = len(sizes)
-    mn, mx = (v.item() for v in torch.aminmax(idx2))
     rest = sizes[first:]
-    if mn >= 0 and (not rest or mx < min(rest)):
-        return [False] * k
+    if not rest or min(rest) == max(rest):
+        mn, mx = (v.item() for v in torch.aminmax(idx2))
+        if mn >= 0 and (not rest or mx < rest[0]):
+            return [False] * k
     mns, mxs = (v.tolist() for v in torch.aminmax(idx2, dim=0))
     for j in range(k):
         below = mns[j] < (-sizes[j] if signed else 0)   # unsigned: uint64 >= 2**63 reads negative
@@ -214,6 +215,24 @@ def _arith_dtype(dtype: torch.dtype, reduction: str) -> torch.dtype:
     return _MOVE_AS.get(dtype, dtype)
 
 
+_WIDE = ((16, torch.complex128), (8, torch.int64), (4, torch.int32), (2, torch.int16))
+
+
+def wide_rows(a: torch.Tensor, b: torch.Tensor):
+    """Views of two contiguous ``[n, S]`` tensors with the widest element (up to 16 bytes) that
+    tiles a row, for row copies: torch's index kernels move one element at a time, so 16-byte
+    elements copy a 256-byte row ~2x faster than float32.  Pure data movement: the bits of any
+    dtype are preserved (no arithmetic touches the wide elements)."""
+    row_bytes = a.shape[1] * a.element_size()
+    for w, dt in _WIDE:
+        if w <= a.element_size():
+            break
+        if (row_bytes % w == 0 and (a.storage_offset() * a.element_size()) % w == 0
+                and (b.storage_offset() * b.element_size()) % w == 0):
+            return a.view(dt), b.view(dt)
+    return a, b
+
+
 def scatter_overwrite_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Tensor) -> None:
     """``work[lin[t]] = upd[t]`` with duplicates resolved: the last tuple in index order wins.
 
@@ -230,6 +249,7 @@ def scatter_overwrite_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Ten
     pos = torch.arange(n, dtype=ord_dtype, device=work.device)
     claim.scatter_reduce_(0, lin, pos, "amax")
     keep = claim.index_select(0, lin) == pos
+    work, upd = wide_rows(work, upd.contiguous())
     if bool(keep.all()):
         work.index_copy_(0, lin, upd)
     else:
