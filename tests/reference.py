@@ -137,3 +137,47 @@ SCATTER_ND_EXAMPLE = dict(
     input=[1, 2, 3, 4, 5, 6, 7, 8], indices=[[4], [3], [1], [7]], updates=[9, 10, 11, 12],
     output=[1, 11, 3, 10, 9, 6, 7, 12],
 )
+
+
+def _order_key(v, is_float):
+    """DirectML/torch.sort order: NaN above everything, -0.0 equal to +0.0."""
+    if is_float:
+        v = float(v)
+        return (1, 0.0) if v != v else (0, v + 0.0)
+    return (0, int(v))
+
+
+def top_k1_ref(x: torch.Tensor, k: int, axis: int, decreasing: bool = True):
+    """Stable top-k by Python's stable sort, sequence by sequence.  Returns (value bits as an
+    unsigned numpy array, indices as int64 numpy array), laid out like torch.topk's outputs."""
+    is_float = x.dtype.is_floating_point
+    vals = x.detach().cpu().movedim(axis, -1)
+    bits = to_bits(vals)
+    flat_vals = vals.to(torch.float64) if is_float else vals.to(torch.int64)
+    n = vals.shape[-1]
+    out_bits = np.zeros(vals.shape[:-1] + (k,), dtype=bits.dtype)
+    out_idx = np.zeros(vals.shape[:-1] + (k,), dtype=np.int64)
+    seqs = flat_vals.reshape(-1, n).tolist()
+    bits2 = bits.reshape(-1, n)
+    for r, seq in enumerate(seqs):
+        order = sorted(range(n), key=lambda i: _order_key(seq[i], is_float), reverse=decreasing)
+        order = order[:k]
+        pos = np.unravel_index(r, vals.shape[:-1]) if vals.dim() > 1 else ()
+        out_idx[pos] = order
+        out_bits[pos] = bits2[r, order]
+    return np.moveaxis(out_bits, -1, axis), np.moveaxis(out_idx, -1, axis)
+
+
+# Copied from shared/spec/DML_TOP_K1.md: (input, axis, k, direction, values, indices).
+_TK_A = [[[[0, 1, 10, 11], [3, 2, 9, 8], [4, 5, 6, 7]]]]
+_TK_B = [[[[1, 2, 2, 3], [3, 4, 5, 5], [6, 6, 6, 6]]]]
+TOP_K1_EXAMPLES = [
+    dict(name="example1", input=_TK_A, axis=3, k=2, direction="decreasing",
+         values=[[[[11, 10], [9, 8], [7, 6]]]], indices=[[[[3, 2], [2, 3], [3, 2]]]]),
+    dict(name="example2_axis2", input=_TK_A, axis=2, k=2, direction="decreasing",
+         values=[[[[4, 5, 10, 11], [3, 2, 9, 8]]]], indices=[[[[2, 2, 0, 0], [1, 1, 1, 1]]]]),
+    dict(name="example3_ties", input=_TK_B, axis=3, k=3, direction="decreasing",
+         values=[[[[3, 2, 2], [5, 5, 4], [6, 6, 6]]]], indices=[[[[3, 1, 2], [2, 3, 1], [0, 1, 2]]]]),
+    dict(name="example4_increasing", input=_TK_B, axis=3, k=3, direction="increasing",
+         values=[[[[1, 2, 2], [3, 4, 5], [6, 6, 6]]]], indices=[[[[0, 1, 2], [0, 1, 2], [0, 1, 2]]]]),
+]

@@ -3,11 +3,12 @@
 Importing the package registers the ops in the ``torch_dml_ops`` namespace
 (``torch.ops.torch_dml_ops.*``) and exposes their public functions.
 """
-from ._validation import (ConstraintError, ConstraintTypeError, FEATURE_LEVELS, feature_level,
-                          get_feature_level)
+from ._validation import (ConstraintError, ConstraintIndexError, ConstraintTypeError, FEATURE_LEVELS,
+                          feature_level, get_feature_level)
 from ._backend import available_backends
 from .gather_nd import gather_nd
 from .scatter_nd import scatter_nd, scatter_nd_
+from .top_k1 import AxisDirection, TopK1Result, top_k1
 
 __version__ = "0.1.0"
 
@@ -15,10 +16,14 @@ __all__ = [
     "gather_nd",
     "scatter_nd",
     "scatter_nd_",
+    "top_k1",
+    "AxisDirection",
+    "TopK1Result",
     "feature_level",
     "get_feature_level",
     "FEATURE_LEVELS",
     "ConstraintError",
     "ConstraintTypeError",
+    "ConstraintIndexError",
     "available_backends",
 ]

@@ -332,3 +332,118 @@ def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
     if not in_place:
         (dst.view(adt) if same_bits else dst).copy_(work.view(dst.shape))
     return dst
+
+
+# ---------------------------------------------------------------------------------------------
+# top_k1
+# ---------------------------------------------------------------------------------------------
+
+# torch.topk refuses these; move them to a type with the same order (values are exact).
+_TOPK_WORK = {torch.uint16: torch.int32, torch.uint32: torch.int64, torch.bool: torch.uint8}
+#: A row at least this long is split into chunks when there are fewer rows than threads:
+#: torch.topk works one row per thread.
+CHUNK_MIN = 1 << 15
+
+
+def _nan_mask(t: torch.Tensor) -> Optional[torch.Tensor]:
+    return torch.isnan(t) if t.is_floating_point() else None
+
+
+def _candidates(xw: torch.Tensor, k: int, largest: bool):
+    """torch.topk along the last dim (values sorted, ties in any order), splitting long rows
+    into chunks selected in parallel and then merged."""
+    n = xw.shape[-1]
+    rows = xw.numel() // n if n else 0
+    threads = torch.get_num_threads()
+    chunks = threads if rows < threads else 1
+    if chunks > 1 and n >= CHUNK_MIN and n // chunks >= 4 * k and xw.is_contiguous():
+        m = n // chunks
+        head = xw[..., : m * chunks].reshape(xw.shape[:-1] + (chunks, m))
+        v, i = torch.topk(head, k, dim=-1, largest=largest, sorted=False)
+        i = i + torch.arange(0, m * chunks, m, device=xw.device).unsqueeze(-1)
+        v, i = v.flatten(-2), i.flatten(-2)
+        if m * chunks < n:
+            v = torch.cat([v, xw[..., m * chunks:]], dim=-1)
+            tail = torch.arange(m * chunks, n, device=xw.device).expand(xw.shape[:-1] + (n - m * chunks,))
+            i = torch.cat([i, tail], dim=-1)
+        vv, p = torch.topk(v, k, dim=-1, largest=largest, sorted=True)
+        return vv, i.gather(-1, p)
+    return torch.topk(xw, k, dim=-1, largest=largest, sorted=True)
+
+
+def _ties(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise "equal in the sort order": NaN ties with NaN, -0.0 with +0.0."""
+    eq = a == b
+    if a.is_floating_point():
+        eq = eq | (torch.isnan(a) & torch.isnan(b))
+    return eq
+
+
+def _order_ties(vals: torch.Tensor, idx: torch.Tensor, largest: bool):
+    """Among equal values put the lower index first (the values are already sorted)."""
+    if vals.shape[-1] < 2 or not bool(_ties(vals[..., 1:], vals[..., :-1]).any()):
+        return vals, idx
+    idx, p = torch.sort(idx, dim=-1, stable=True)
+    vals = vals.gather(-1, p)
+    vals, p = torch.sort(vals, dim=-1, descending=largest, stable=True)
+    return vals, idx.gather(-1, p)
+
+
+def stable_topk_lastdim(xw: torch.Tensor, k: int, largest: bool):
+    """The k best of each row (last dim) in DirectML's order: by value (NaN greatest, -0.0 ==
+    +0.0), ties by lower index, the k-th boundary's ties resolved to the lowest indices.
+
+    One torch.topk gives the right multiset of values.  One counting pass over the rows says
+    whether every element equal to the boundary value was selected; if so only the order of
+    ties inside the k needs fixing (a sort of k elements), otherwise the lowest-indexed boundary
+    ties are chosen with a prefix count and compacted (O(n) passes, O(n) memory).  Never a full
+    sort, unless k is the row length.
+    """
+    vals, idx = _candidates(xw, k, largest)
+    t = vals[..., k - 1:k]
+    t_nan = _nan_mask(t)
+    if t_nan is not None and bool(t_nan.any()):
+        eq = _ties(xw, t)
+    else:
+        eq = xw == t
+    cnt_row = eq.sum(-1)
+    cnt_sel = _ties(vals, t).sum(-1)
+    if torch.equal(cnt_row, cnt_sel):
+        return _order_ties(vals, idx, largest)
+    # Some boundary ties were left out and torch may have picked higher indices among them.
+    if largest:
+        better = xw > t
+        if t_nan is not None:
+            better = better | (torch.isnan(xw) & ~t_nan)
+    else:
+        better = xw < t
+        if t_nan is not None:
+            better = better | (~torch.isnan(xw) & t_nan)
+    chosen = better | (eq & (eq.cumsum(-1) <= cnt_sel.unsqueeze(-1)))
+    slot = torch.where(chosen, chosen.cumsum(-1) - 1, k)
+    n = xw.shape[-1]
+    out_idx = torch.empty(xw.shape[:-1] + (k + 1,), dtype=torch.int64, device=xw.device)
+    out_idx.scatter_(-1, slot, torch.arange(n, device=xw.device).expand(xw.shape))
+    out_idx = out_idx[..., :k]
+    vals = xw.gather(-1, out_idx)
+    vals, p = torch.sort(vals, dim=-1, descending=largest, stable=True)
+    return vals, out_idx.gather(-1, p)
+
+
+def top_k1_torch(input: torch.Tensor, k: int, axis: int, largest: bool,
+                 index_dtype: torch.dtype):
+    """Stable top-k with torch ops: values and indices, laid out like ``input`` with ``k`` along
+    ``axis``."""
+    xm = input.movedim(axis, -1)
+    work = _TOPK_WORK.get(input.dtype)
+    xw = xm.to(work) if work is not None else xm
+    if input.numel() == 0:
+        shape = xm.shape[:-1] + (k,)
+        vals = torch.empty(shape, dtype=input.dtype, device=input.device)
+        idx = torch.empty(shape, dtype=index_dtype, device=input.device)
+    else:
+        _, idx = stable_topk_lastdim(xw, k, largest)
+        # values straight from the input: exact bits (torch.topk may canonicalize NaNs)
+        vals = as_movable(xm).gather(-1, idx).view(input.dtype)
+        idx = idx.to(index_dtype)
+    return (vals.movedim(-1, axis).contiguous(), idx.movedim(-1, axis).contiguous())

@@ -33,6 +33,11 @@ class ConstraintError(ValueError):
     """
 
 
+class ConstraintIndexError(ConstraintError, IndexError):
+    """An axis out of range: both a :class:`ConstraintError` and the ``IndexError`` that torch
+    raises for a dimension out of range."""
+
+
 class ConstraintTypeError(ConstraintError, TypeError):
     """A data type that the operator (or the active feature level) does not support.
 
@@ -457,3 +462,60 @@ def _check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                 f"reduction must be 'none'"
             )
     return lay
+
+
+# ---------------------------------------------------------------------------------------------
+# top_k1
+# ---------------------------------------------------------------------------------------------
+
+DIRECTIONS = ("decreasing", "increasing")
+#: spec DML_TOP_K1.md OutputIndexTensor: UINT32; int64 and int32 are torch-friendly extras.
+TOPK_INDEX_DTYPES = (torch.int64, torch.int32, torch.uint32)
+_topk_memo = _Memo()
+
+
+def check_top_k1(input: torch.Tensor, k: int, axis: int, direction: str,
+                 index_dtype: torch.dtype, level: str) -> int:
+    """Every metadata rule of DML_TOP_K1 at ``level``; returns the axis, made non-negative."""
+    key = (input.shape, input.dtype, k, axis, direction, index_dtype, level)
+    ax = _topk_memo.get(key)
+    if ax is None:
+        ax = _check_top_k1(input, k, axis, direction, index_dtype, level)
+        _topk_memo.put(key, ax)
+    return ax
+
+
+def _check_top_k1(input, k, axis, direction, index_dtype, level) -> int:
+    op = "top_k1"
+    check_level_argument(level)
+    if direction not in DIRECTIONS:
+        raise ValueError(f"{op}: direction (AxisDirection) must be 'decreasing' or 'increasing', "
+                         f"got {direction!r}")
+    check_data_dtype(op, "InputTensor", input.dtype, level)
+    if index_dtype not in TOPK_INDEX_DTYPES:
+        raise ConstraintTypeError(
+            f"{op}: index_dtype (OutputIndexTensor) must be one of "
+            f"{_type_list(TOPK_INDEX_DTYPES)}, got {index_dtype}")
+    r = input.dim()
+    if r < 1:
+        raise ConstraintError(f"{op}: InputTensor must have at least 1 dimension, got shape "
+                              f"{tuple(input.shape)}")
+    # spec DML_TOP_K1.md Axis: "must be less than the DimensionCount of the InputTensor"
+    # (negative axes count from the end, as in torch).
+    if not -r <= axis < r:
+        raise ConstraintIndexError(
+            f"{op}: Axis {axis} is out of range for InputTensor with {r} dimensions "
+            f"(expected in [{-r}, {r - 1}])")
+    ax = axis % r
+    n = input.shape[ax]
+    # spec DML_TOP_K1.md K: greater than 0; spec README 4: K equal to the size is allowed.
+    if not 1 <= k <= n:
+        raise ConstraintError(
+            f"{op}: K must be in [1, {n}] (InputTensor size along Axis {ax}), got {k}")
+    if level != PERMISSIVE:
+        check_natural_ranks(op, ("InputTensor",), (r,), level, "3_1")
+        if index_dtype != torch.uint32:
+            raise ConstraintTypeError(
+                f"{op}: OutputIndexTensor is UINT32 in DirectML, but index_dtype is "
+                f"{index_dtype} at {level_name(level)}; pass index_dtype=torch.uint32")
+    return ax

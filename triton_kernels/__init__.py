@@ -7,6 +7,7 @@ that were already validated, with the output already allocated, so the interpret
 """
 from .gather_nd import gather_nd_triton
 from .scatter_nd import scatter_nd_check_triton, scatter_nd_triton, scatter_nd_triton_supports
+from .top_k1 import top_k1_triton, top_k1_triton_supports
 
 __all__ = ["gather_nd_triton", "scatter_nd_check_triton", "scatter_nd_triton",
            "scatter_nd_triton_supports"]
