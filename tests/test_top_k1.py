@@ -23,11 +23,10 @@ def check(x, k, axis=-1, direction="decreasing", index_dtype=torch.int64):
 
 @pytest.fixture(params=["direct", "chunked"])
 def portable_path(request, monkeypatch):
-    """Both candidate strategies: one torch.topk, or long rows split into chunks and merged."""
+    """Both candidate strategies: one torch.topk, or selection through chunk maxima."""
     from torch_dml_ops import _fallback
     if request.param == "chunked":
-        monkeypatch.setattr(_fallback, "CHUNK_MIN", 8)
-        monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+        monkeypatch.setattr(_fallback, "CHUNKED_MIN_ROW", 1)
     return request.param
 
 
@@ -252,9 +251,9 @@ def test_top_k1_property_matches_oracle(problem):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randint(0, span, shape, generator=g) - (span // 2 if dtype.is_signed else 0))
     x = x.to(dtype) if dtype != torch.bool else x.bool()
-    saved = _fallback.CHUNK_MIN
-    _fallback.CHUNK_MIN = 2 if chunked else saved
+    saved = _fallback.CHUNKED_MIN_ROW
+    _fallback.CHUNKED_MIN_ROW = 1 if chunked else 1 << 62
     try:
         check(x, k, axis, direction)
     finally:
-        _fallback.CHUNK_MIN = saved
+        _fallback.CHUNKED_MIN_ROW = saved

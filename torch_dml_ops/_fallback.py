@@ -6,6 +6,7 @@ which the ``check_indices=False`` switch skips).
 """
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Sequence
 
 import torch
@@ -340,34 +341,43 @@ def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
 
 # torch.topk refuses these; move them to a type with the same order (values are exact).
 _TOPK_WORK = {torch.uint16: torch.int32, torch.uint32: torch.int64, torch.bool: torch.uint8}
-#: A row at least this long is split into chunks when there are fewer rows than threads:
-#: torch.topk works one row per thread.
-CHUNK_MIN = 1 << 15
 
 
 def _nan_mask(t: torch.Tensor) -> Optional[torch.Tensor]:
     return torch.isnan(t) if t.is_floating_point() else None
 
 
+#: Rows at least this long select through chunk maxima (see ``_candidates``).
+CHUNKED_MIN_ROW = 8192
+
+
 def _candidates(xw: torch.Tensor, k: int, largest: bool):
-    """torch.topk along the last dim (values sorted, ties in any order), splitting long rows
-    into chunks selected in parallel and then merged."""
+    """The k best values of each row (last dim), sorted (ties in any order), and their indices.
+
+    Long rows are cut into chunks of c elements; one vectorized pass takes every chunk's max
+    (min), torch.topk picks the k chunks with the best maxima, and a second topk runs over just
+    those k*c elements (plus the tail).  That set holds the top-k multiset: every element above
+    the k-th best chunk max lies in a chosen chunk, and each chosen chunk whose max equals it
+    contributes one such value.  It turns a per-row selection over n (one thread per row) into a
+    parallel streaming pass and a small selection.
+    """
     n = xw.shape[-1]
-    rows = xw.numel() // n if n else 0
-    threads = torch.get_num_threads()
-    chunks = threads if rows < threads else 1
-    if chunks > 1 and n >= CHUNK_MIN and n // chunks >= 4 * k and xw.is_contiguous():
-        m = n // chunks
-        head = xw[..., : m * chunks].reshape(xw.shape[:-1] + (chunks, m))
-        v, i = torch.topk(head, k, dim=-1, largest=largest, sorted=False)
-        i = i + torch.arange(0, m * chunks, m, device=xw.device).unsqueeze(-1)
-        v, i = v.flatten(-2), i.flatten(-2)
-        if m * chunks < n:
-            v = torch.cat([v, xw[..., m * chunks:]], dim=-1)
-            tail = torch.arange(m * chunks, n, device=xw.device).expand(xw.shape[:-1] + (n - m * chunks,))
-            i = torch.cat([i, tail], dim=-1)
-        vv, p = torch.topk(v, k, dim=-1, largest=largest, sorted=True)
-        return vv, i.gather(-1, p)
+    rows = xw.numel() // n
+    c = max(8, int(math.sqrt(n / k)))
+    m = n // c
+    # Worth it for long rows, or when there are too few rows to keep every thread busy.
+    if m >= 4 * k and (n >= CHUNKED_MIN_ROW or rows < torch.get_num_threads()):
+        head = xw[..., : m * c].unflatten(-1, (m, c))          # a view, whatever the strides
+        best = head.amax(-1) if largest else head.amin(-1)    # [..., m]
+        # amin propagates NaN, which sorts greatest: a NaN chunk would crowd out a real one
+        if largest or not best.is_floating_point() or not bool(torch.isnan(best).any()):
+            _, cid = torch.topk(best, k, dim=-1, largest=largest, sorted=False)
+            cidx = (cid.unsqueeze(-1) * c + torch.arange(c, device=xw.device)).flatten(-2)
+            if m * c < n:
+                tail = torch.arange(m * c, n, device=xw.device).expand(xw.shape[:-1] + (n - m * c,))
+                cidx = torch.cat([cidx, tail], dim=-1)
+            v, p = torch.topk(xw.gather(-1, cidx), k, dim=-1, largest=largest, sorted=True)
+            return v, cidx.gather(-1, p)
     return torch.topk(xw, k, dim=-1, largest=largest, sorted=True)
 
 
@@ -379,38 +389,39 @@ def _ties(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return eq
 
 
-def _order_ties(vals: torch.Tensor, idx: torch.Tensor, largest: bool):
-    """Among equal values put the lower index first (the values are already sorted)."""
-    if vals.shape[-1] < 2 or not bool(_ties(vals[..., 1:], vals[..., :-1]).any()):
-        return vals, idx
+def _lexsort(vals: torch.Tensor, idx: torch.Tensor, largest: bool):
+    """Sort k (value, index) pairs by value in the direction, then by ascending index."""
     idx, p = torch.sort(idx, dim=-1, stable=True)
     vals = vals.gather(-1, p)
     vals, p = torch.sort(vals, dim=-1, descending=largest, stable=True)
     return vals, idx.gather(-1, p)
 
 
-def stable_topk_lastdim(xw: torch.Tensor, k: int, largest: bool):
-    """The k best of each row (last dim) in DirectML's order: by value (NaN greatest, -0.0 ==
-    +0.0), ties by lower index, the k-th boundary's ties resolved to the lowest indices.
+def _order_ties(vals: torch.Tensor, idx: torch.Tensor, largest: bool):
+    """Among equal values put the lower index first (the values are already sorted); only the
+    rows that hold a tie are sorted again."""
+    if vals.shape[-1] < 2:
+        return vals, idx
+    rows = _ties(vals[..., 1:], vals[..., :-1]).any(-1)
+    if not bool(rows.any()):
+        return vals, idx
+    if bool(rows.all()):
+        return _lexsort(vals, idx, largest)
+    vals, idx = vals.clone(), idx.clone()
+    vals[rows], idx[rows] = _lexsort(vals[rows], idx[rows], largest)
+    return vals, idx
 
-    One torch.topk gives the right multiset of values.  One counting pass over the rows says
-    whether every element equal to the boundary value was selected; if so only the order of
-    ties inside the k needs fixing (a sort of k elements), otherwise the lowest-indexed boundary
-    ties are chosen with a prefix count and compacted (O(n) passes, O(n) memory).  Never a full
-    sort, unless k is the row length.
+
+def _boundary_fix(xw: torch.Tensor, vals: torch.Tensor, k: int, largest: bool) -> torch.Tensor:
+    """Rows of ``xw`` ([m, n]) whose k-th boundary value also occurs outside the selection:
+    choose the boundary ties with the lowest indices.  Returns the k indices in index order.
+
+    ``vals`` are the rows' k selected values (sorted); a prefix count over the row ranks the
+    boundary ties, and a scatter compacts the chosen positions (O(n) passes and memory).
     """
-    vals, idx = _candidates(xw, k, largest)
     t = vals[..., k - 1:k]
     t_nan = _nan_mask(t)
-    if t_nan is not None and bool(t_nan.any()):
-        eq = _ties(xw, t)
-    else:
-        eq = xw == t
-    cnt_row = eq.sum(-1)
-    cnt_sel = _ties(vals, t).sum(-1)
-    if torch.equal(cnt_row, cnt_sel):
-        return _order_ties(vals, idx, largest)
-    # Some boundary ties were left out and torch may have picked higher indices among them.
+    eq = _ties(xw, t)
     if largest:
         better = xw > t
         if t_nan is not None:
@@ -419,15 +430,66 @@ def stable_topk_lastdim(xw: torch.Tensor, k: int, largest: bool):
         better = xw < t
         if t_nan is not None:
             better = better | (~torch.isnan(xw) & t_nan)
-    chosen = better | (eq & (eq.cumsum(-1) <= cnt_sel.unsqueeze(-1)))
-    slot = torch.where(chosen, chosen.cumsum(-1) - 1, k)
+    need = _ties(vals, t).sum(-1, keepdim=True, dtype=torch.int32)
+    last = _nth_true(eq, need)
+    ar = torch.arange(xw.shape[-1], device=xw.device)
+    chosen = better | (eq & (ar <= last))
+    # exactly k per row, so the row-major positions of the chosen elements reshape to [m, k]
+    return chosen.nonzero()[:, -1].reshape(xw.shape[:-1] + (k,))
+
+
+def _nth_true(mask: torch.Tensor, nth: torch.Tensor) -> torch.Tensor:
+    """Position of the ``nth`` (>= 1, [..., 1]) True of every row of ``mask``.
+
+    Two levels instead of a prefix sum over the whole row (sequential per row in torch): count
+    per chunk (a parallel reduction), prefix-sum the counts, find the chunk, prefix-sum within it.
+    """
+    n = mask.shape[-1]
+    c = max(16, int(math.sqrt(n)))
+    m = -(-n // c)
+    lead = mask.shape[:-1]
+    mp = torch.nn.functional.pad(mask.reshape(-1, n), (0, m * c - n)).view(-1, m, c)
+    nth = nth.reshape(-1, 1).to(torch.int32)
+    cnt = mp.sum(-1, dtype=torch.int32)                            # [rows, m]
+    ccum = cnt.cumsum(-1, dtype=torch.int32)
+    j = torch.searchsorted(ccum, nth)                               # chunk holding the nth
+    j = j.clamp_(max=m - 1)
+    before = ccum.gather(-1, j) - cnt.gather(-1, j)
+    inner = mp.gather(1, j.unsqueeze(-1).expand(-1, 1, c)).squeeze(1).cumsum(-1, dtype=torch.int32)
+    pos = torch.searchsorted(inner, nth - before)
+    return (j * c + pos).reshape(lead + (1,))
+
+
+def stable_topk_lastdim(xw: torch.Tensor, k: int, largest: bool):
+    """The k best of each row (last dim) in DirectML's order: by value (NaN greatest, -0.0 ==
+    +0.0), ties by lower index, the k-th boundary's ties resolved to the lowest indices.
+
+    One torch.topk of k+1 gives the right multiset of values, and says which rows have a tie
+    across the k-th boundary (the (k+1)-th value equals the k-th).  Rows without one only need
+    the order of ties inside the k fixed (two stable sorts of k elements); rows with one choose
+    their boundary ties by a prefix count (``_boundary_fix``).  Never a full sort, unless k is
+    the row length.
+    """
     n = xw.shape[-1]
-    out_idx = torch.empty(xw.shape[:-1] + (k + 1,), dtype=torch.int64, device=xw.device)
-    out_idx.scatter_(-1, slot, torch.arange(n, device=xw.device).expand(xw.shape))
-    out_idx = out_idx[..., :k]
-    vals = xw.gather(-1, out_idx)
-    vals, p = torch.sort(vals, dim=-1, descending=largest, stable=True)
-    return vals, out_idx.gather(-1, p)
+    if k == 1 and (n < CHUNKED_MIN_ROW or xw.numel() // n >= torch.get_num_threads()):
+        # torch.max / torch.min return the first index among equal extremes (documented), and
+        # max ranks NaN greatest like torch.sort; min would return NaN, so rows with one retry.
+        vals, idx = (xw.max(-1, keepdim=True) if largest else xw.min(-1, keepdim=True))
+        if largest or not xw.is_floating_point() or not bool(torch.isnan(vals).any()):
+            return vals, idx
+    kk = min(k + 1, n)
+    vals, idx = _candidates(xw, kk, largest)
+    if kk > k:
+        cross = _ties(vals[..., k], vals[..., k - 1])         # [rows...]
+        vals, idx = vals[..., :k], idx[..., :k]
+        if bool(cross.any()):
+            if bool(cross.all()):
+                idx = _boundary_fix(xw, vals, k, largest)
+            else:
+                idx = idx.clone()
+                idx[cross] = _boundary_fix(xw[cross], vals[cross], k, largest)
+            return _lexsort(xw.gather(-1, idx), idx, largest)
+    return _order_ties(vals, idx, largest)
 
 
 def top_k1_torch(input: torch.Tensor, k: int, axis: int, largest: bool,
