@@ -52,7 +52,7 @@ def _top_k1_impl(input, k, axis=-1, direction="decreasing", index_dtype=torch.in
     largest = direction == "decreasing"
     if _backend.use_triton(input.device):
         from . import triton_kernels as tk
-        if tk.top_k1_triton_supports(input.dtype):
+        if tk.top_k1_triton_supports(input.dtype, k):
             return tk.top_k1_triton(input, k, ax, largest, index_dtype)
     return top_k1_torch(input, k, ax, largest, index_dtype)
 

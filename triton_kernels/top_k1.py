@@ -1,5 +1,129 @@
-"""placeholder"""
-def top_k1_triton_supports(dtype):
-    return False
-def top_k1_triton(*a):
-    raise NotImplementedError
+"""Stable top-k in Triton: unique composite keys, bitonic sorts, and merge stages for long rows.
+
+Every element becomes one int64 key: its value mapped to an order-preserving int32 (NaN above
++inf, -0.0 equal to +0.0) in the high half, its index in the low half (inverted when selecting
+the largest), so all keys are distinct and any correct selection of the k best keys is DirectML's
+stable answer, whatever order the sort network compares them in.  A row that fits in one block is
+sorted once (one pass); a longer row is cut into blocks whose k best keys are kept, and the kept
+keys are merged by the same kernel until they fit in one block.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import bits_view, next_pow2
+
+# value-to-key parameters per dtype: (INF bits, abs mask) for floats; (0, zero-extension mask)
+# for unsigned integers narrower than 32 bits; FLIP for uint32.
+_FLOAT = {torch.float32: (0x7F800000, 0x7FFFFFFF), torch.float16: (0x7C00, 0x7FFF),
+          torch.bfloat16: (0x7F80, 0x7FFF)}
+_UNSIGNED_MASK = {torch.uint8: 0xFF, torch.bool: 0xFF, torch.uint16: 0xFFFF}
+_SIGNED = (torch.int8, torch.int16, torch.int32)
+MAX_BLOCK = 4096
+#: Keys sorted per program (a row longer than this goes through merge stages).
+DEFAULT_BLOCK = 1024
+
+
+@triton.jit
+def _top_k1_kernel(
+    x_ptr, keys_in_ptr, keys_out_ptr, vals_out_ptr, idx_out_ptr,
+    n, k, n_out_per_row,
+    IS_FLOAT: tl.constexpr, INF_BITS: tl.constexpr, ABS_MASK: tl.constexpr,
+    ZEXT_MASK: tl.constexpr, FLIP: tl.constexpr,
+    DESC: tl.constexpr, FROM_KEYS: tl.constexpr, FINAL: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """One program: row pid(0), block pid(1) of BLOCK keys -> its k best keys, sorted.
+
+    Grid: (rows, cdiv(n, BLOCK)).  ``x`` is [rows, n_x] (bits of the data, contiguous rows),
+    ``keys_in`` [rows, n] int64 (FROM_KEYS).  Not FINAL: writes min(k, BLOCK) keys per block to
+    ``keys_out`` [rows, n_out_per_row].  FINAL (one block per row): decodes the k best keys into
+    indices and values (read back from ``x``, so the value bits are exact).
+    """
+    row = tl.program_id(0).to(tl.int64)
+    blk = tl.program_id(1).to(tl.int64)
+    offs = blk * BLOCK + tl.arange(0, BLOCK)                                  # [BLOCK]
+    mask = offs < n
+    if DESC:
+        worst = -9223372036854775807 - 1
+    else:
+        worst = 9223372036854775807
+    if FROM_KEYS:
+        keys = tl.load(keys_in_ptr + row * n + offs, mask=mask, other=worst)
+    else:
+        b = tl.load(x_ptr + row * n + offs, mask=mask, other=0).to(tl.int32)
+        if IS_FLOAT:
+            mag = b & ABS_MASK
+            v = tl.where(b < 0, -mag, mag)                 # sign-magnitude -> ordered; -0 == +0
+            v = tl.where(mag > INF_BITS, 2147483647, v)    # every NaN above +inf, all equal
+        elif ZEXT_MASK != 0:
+            v = b & ZEXT_MASK
+        elif FLIP:
+            v = b ^ (-2147483647 - 1)                       # uint32 order as int32
+        else:
+            v = b
+        if DESC:
+            low = 4294967295 - offs                         # lower index -> larger key
+        else:
+            low = offs
+        keys = (v.to(tl.int64) << 32) | low
+        keys = tl.where(mask, keys, worst)
+    keys = tl.sort(keys, descending=DESC)                                     # [BLOCK]
+    o = tl.arange(0, BLOCK)
+    take = o < k
+    if FINAL:
+        low = keys & 4294967295
+        if DESC:
+            idx = 4294967295 - low
+        else:
+            idx = low
+        tl.store(idx_out_ptr + row * k + o, idx, mask=take)
+        vals = tl.load(x_ptr + row * n_out_per_row + idx, mask=take, other=0)
+        tl.store(vals_out_ptr + row * k + o, vals, mask=take)
+    else:
+        tl.store(keys_out_ptr + row * n_out_per_row + blk * k + o, keys, mask=take)
+
+
+def top_k1_triton_supports(dtype: torch.dtype, k: int) -> bool:
+    """32-bit and narrower dtypes (the composite key needs the value in 32 bits), and k up to
+    half the largest block (each merge stage must shrink the candidates)."""
+    ok_dtype = dtype in _FLOAT or dtype in _UNSIGNED_MASK or dtype in _SIGNED or dtype == torch.uint32
+    return ok_dtype and 2 * k <= MAX_BLOCK
+
+
+def top_k1_triton(input: torch.Tensor, k: int, axis: int, largest: bool,
+                  index_dtype: torch.dtype, max_block: Optional[int] = None):
+    """Values and indices of the k best along ``axis`` (laid out like ``input``)."""
+    xm = input.movedim(axis, -1).contiguous()
+    n = xm.shape[-1]
+    rows = xm.numel() // n if n else 0
+    out_shape = xm.shape[:-1] + (k,)
+    vals = torch.empty(out_shape, dtype=input.dtype, device=input.device)
+    idx = torch.empty(out_shape, dtype=torch.int64, device=input.device)
+    if rows:
+        # a stage keeps k of every block: blocks of at least 2k halve the candidates each round
+        block = max(max_block or DEFAULT_BLOCK, next_pow2(2 * k))
+        x2 = bits_view(xm).reshape(rows, n)
+        inf_bits, abs_mask = _FLOAT.get(input.dtype, (0, 0))
+        consts = dict(IS_FLOAT=input.dtype in _FLOAT, INF_BITS=inf_bits, ABS_MASK=abs_mask,
+                      ZEXT_MASK=_UNSIGNED_MASK.get(input.dtype, 0),
+                      FLIP=input.dtype == torch.uint32, DESC=largest)
+        v2, i2 = bits_view(vals).view(rows, k), idx.view(rows, k)
+        if n <= block:
+            _top_k1_kernel[(rows, 1)](x2, x2, x2, v2, i2, n, k, n, FROM_KEYS=False, FINAL=True,
+                                      BLOCK=next_pow2(max(n, 2)), **consts)
+        else:
+            keys, cur_n, from_keys = x2, n, False
+            while cur_n > block:
+                chunks = triton.cdiv(cur_n, block)
+                out = torch.empty((rows, chunks * k), dtype=torch.int64, device=input.device)
+                _top_k1_kernel[(rows, chunks)](x2, keys, out, v2, i2, cur_n, k, chunks * k,
+                                               FROM_KEYS=from_keys, FINAL=False, BLOCK=block,
+                                               **consts)
+                keys, cur_n, from_keys = out, chunks * k, True
+            _top_k1_kernel[(rows, 1)](x2, keys, keys, v2, i2, cur_n, k, n, FROM_KEYS=True,
+                                      FINAL=True, BLOCK=next_pow2(max(cur_n, 2)), **consts)
+    return (vals.movedim(-1, axis).contiguous(), idx.to(index_dtype).movedim(-1, axis).contiguous())
