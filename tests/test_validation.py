@@ -287,3 +287,50 @@ def test_scatter_nd_validation_failure_modifies_nothing():
     with pytest.raises(ConstraintError):
         tdo.scatter_nd_(x, torch.tensor([[1]]), torch.randn(1, 2))
     assert torch.equal(x, x0)
+
+
+# ------------------------------------------------------------------ top_k1
+
+@pytest.mark.parametrize("dtype", DATA_DTYPES, ids=str)
+@pytest.mark.parametrize("level", ["2_1", "3_1", None])
+def test_top_k1_data_types_per_level(level, dtype):
+    x = make_data((1, 1, 3, 4), dtype)
+    kw = dict(index_dtype=torch.uint32)
+    with tdo.feature_level(level):
+        if level is None or dtype in DML_DATA_DTYPES:
+            tdo.top_k1(x, 2, 3, **kw)
+        else:
+            with pytest.raises(ConstraintTypeError, match="InputTensor.*not a supported data type"):
+                tdo.top_k1(x, 2, 3, **kw)
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("level", ["2_1", "3_0", "3_1"])
+def test_top_k1_index_dtype_must_be_uint32_under_a_level(level, index_dtype):
+    x = torch.randn(1, 1, 3, 4)
+    with tdo.feature_level(level), pytest.raises(ConstraintTypeError, match="pass index_dtype=torch.uint32"):
+        tdo.top_k1(x, 2, 3, index_dtype=index_dtype)
+    tdo.top_k1(x, 2, 3, index_dtype=index_dtype)       # fine at the permissive level
+
+
+@pytest.mark.parametrize("rank", [1, 4, 5, 8, 9])
+@pytest.mark.parametrize("level", ["2_1", "3_0", "3_1"])
+def test_top_k1_dimension_count_per_level(level, rank):
+    x = torch.randn((2,) * rank)
+    limit = 8 if level == "3_1" else 4
+    with tdo.feature_level(level):
+        if rank <= limit:
+            tdo.top_k1(x, 1, -1, index_dtype=torch.uint32)
+        else:
+            with pytest.raises(ConstraintError, match=f"InputTensor has {rank} dimensions"):
+                tdo.top_k1(x, 1, -1, index_dtype=torch.uint32)
+
+
+def test_top_k1_k_equal_to_size_allowed_and_axis_error_type():
+    x = torch.randn(1, 1, 3, 4)
+    with tdo.feature_level("2_1"):
+        res = tdo.top_k1(x, 4, 3, index_dtype=torch.uint32)    # spec README 4: K == size allowed
+    assert res.values.shape == (1, 1, 3, 4)
+    with pytest.raises(tdo.ConstraintIndexError, match="Axis 4"):
+        tdo.top_k1(x, 1, 4)
+    assert issubclass(tdo.ConstraintIndexError, IndexError)

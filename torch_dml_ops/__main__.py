@@ -40,6 +40,33 @@ def _examples():
          lambda d: tdo.gather_nd(torch.arange(24, device=d).reshape(2, 3, 4).to(torch.uint16),
                                  torch.tensor([[[2], [0]], [[1], [1]]], dtype=torch.int32, device=d), 1),
          torch.tensor([[[8, 9, 10, 11], [0, 1, 2, 3]], [[16, 17, 18, 19], [16, 17, 18, 19]]]).to(torch.uint16)),
+        ("DML_SCATTER_ND.md example (natural form, as written)",
+         lambda d: tdo.scatter_nd(torch.arange(1., 9., device=d), torch.tensor([[4], [3], [1], [7]], device=d),
+                                  torch.tensor([9., 10., 11., 12.], device=d)),
+         torch.tensor([1., 11., 3., 10., 9., 6., 7., 12.])),
+        ("DML_SCATTER_ND.md example in the padded DML form {1,8} / {4,1} / {1,4}, UINT32 indices",
+         lambda d: tdo.scatter_nd(torch.arange(1., 9., device=d).reshape(1, 8),
+                                  torch.tensor([[4], [3], [1], [7]], dtype=u32, device=d),
+                                  torch.tensor([[9., 10., 11., 12.]], device=d),
+                                  input_dimension_count=1, indices_dimension_count=2),
+         torch.tensor([[1., 11., 3., 10., 9., 6., 7., 12.]])),
+        ("scatter_nd reduction='add' with duplicate tuples (every duplicate applied), int32",
+         lambda d: tdo.scatter_nd(torch.zeros(4, dtype=torch.int32, device=d), torch.tensor([[1], [-1], [1]], device=d),
+                                  torch.tensor([5, 7, 2], dtype=torch.int32, device=d), "add"),
+         torch.tensor([0, 7, 0, 7], dtype=torch.int32)),
+        ("DML_TOP_K1.md example 3 (tied values, K=3, decreasing): values, UINT32 indices",
+         lambda d: tdo.top_k1(torch.tensor([[[[1., 2, 2, 3], [3, 4, 5, 5], [6, 6, 6, 6]]]], device=d), 3, 3,
+                              index_dtype=u32),
+         (torch.tensor([[[[3., 2, 2], [5, 5, 4], [6, 6, 6]]]]),
+          torch.tensor([[[[3, 1, 2], [2, 3, 1], [0, 1, 2]]]], dtype=u32))),
+        ("DML_TOP_K1.md example 4 (increasing direction)",
+         lambda d: tdo.top_k1(torch.tensor([[[[1., 2, 2, 3], [3, 4, 5, 5], [6, 6, 6, 6]]]], device=d), 3, 3,
+                              tdo.AxisDirection.DML_AXIS_DIRECTION_INCREASING, index_dtype=u32),
+         (torch.tensor([[[[1., 2, 2], [3, 4, 5], [6, 6, 6]]]]),
+          torch.tensor([[[[0, 1, 2], [0, 1, 2], [0, 1, 2]]]], dtype=u32))),
+        ("top_k1 on uint16 data (torch.topk refuses it), along axis 0",
+         lambda d: tdo.top_k1(torch.tensor([[3, 1], [9, 1], [3, 7]], dtype=torch.uint16, device=d), 2, 0),
+         (torch.tensor([[9, 7], [3, 1]], dtype=torch.uint16), torch.tensor([[1, 2], [0, 0]]))),
         ("random 4-D, 3-coordinate tuples, bfloat16 data (1000 slices)",
          lambda d: tdo.gather_nd(
              torch.randn(8, 16, 16, 32, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16).to(d),
@@ -52,12 +79,22 @@ def _examples():
 def _run_on(backend: str, device: str, fn):
     os.environ["TORCH_DML_OPS_BACKEND"] = backend
     try:
-        return fn(device).cpu()
+        res = fn(device)
+        return tuple(r.cpu() for r in res) if isinstance(res, tuple) else res.cpu()
     finally:
         os.environ.pop("TORCH_DML_OPS_BACKEND", None)
 
 
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+def _shown(res):
+    if isinstance(res, tuple):
+        return " / ".join(str(_shown(r)) for r in res)
+    return res.tolist() if res.numel() <= 16 else f"shape {tuple(res.shape)}"
+
+
+def _same_bits(a, b) -> bool:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+                and all(_same_bits(x, y) for x, y in zip(a, b)))
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.dtype.is_floating_point:
@@ -89,13 +126,13 @@ def main() -> int:
         if expected is not None:
             ok = _same_bits(base, expected)
             failures += not ok
-            shown = base.tolist() if base.numel() <= 16 else f"shape {tuple(base.shape)}"
-            print(f"  result {shown}  {'== expected' if ok else '!= expected ' + str(expected.tolist())}")
+            print(f"  result {_shown(base)}  {'== expected' if ok else '!= expected ' + str(_shown(expected))}")
         for name, device, _ in backends:
             got = _run_on(name, device, fn)
             ok = _same_bits(got, base)
             failures += not ok
-            print(f"  {name:7s}/{device:5s}: shape {tuple(got.shape)} {got.dtype}  "
+            first = got[0] if isinstance(got, tuple) else got
+            print(f"  {name:7s}/{device:5s}: shape {tuple(first.shape)} {first.dtype}  "
                   f"{'agrees' if ok else 'DIFFERS'}")
 
     print("\nConstraint checks (DirectML feature levels):")
@@ -114,6 +151,14 @@ def main() -> int:
         tdo.gather_nd(torch.zeros(3, 4), torch.tensor([[0, 1], [3, 0]]))
     except IndexError as e:
         print(f"  out of range -> IndexError: {e}")
+
+    print("\nStable top-k versus torch.topk on a row with ties (x[j] = 1 for j % 7 == 0, else 0), k=5:")
+    row = torch.zeros(64)
+    row[::7] = 1.0
+    ours = tdo.top_k1(row, 5, direction="increasing").indices.tolist()
+    theirs = torch.topk(row, 5, largest=False).indices.tolist()
+    print(f"  tdo.top_k1 (smallest): {ours}  (the lowest indices, in order: always)")
+    print(f"  torch.topk (smallest): {theirs}  (any tied indices, any order: not promised)")
 
     x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
     tdo.gather_nd(x, torch.tensor([[1], [1], [-1]])).sum().backward()
