@@ -109,8 +109,8 @@ def test_gather_nd_triton_zero_size(backend, both, case):
 def test_gather_nd_triton_many_programs(both, monkeypatch):
     """Small blocks: many programs in both grid axes, and partial blocks at every edge."""
     from torch_dml_ops.triton_kernels import gather_nd as kmod
-    real = kmod._blocks
-    monkeypatch.setattr(kmod, "_blocks", lambda n, s, m: real(n, s, 16))
+    real = kmod.tuple_blocks
+    monkeypatch.setattr(kmod, "tuple_blocks", lambda n, s, m: real(n, s, 16))
     x = torch.randn(7, 5, 37, device=DEV)
     i = make_indices((19,), (7, 5), torch.int64, negative=True).to(DEV)
     both(lambda: tdo.gather_nd(x, i))

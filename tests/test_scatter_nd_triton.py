@@ -123,8 +123,8 @@ def test_scatter_nd_triton_float_add_deterministic_uses_ordered_path(both, deter
 
 def test_scatter_nd_triton_many_programs(both, monkeypatch):
     from torch_dml_ops.triton_kernels import scatter_nd as kmod
-    real = kmod._blocks
-    monkeypatch.setattr(kmod, "_blocks", lambda n, s, m: real(n, s, 16))
+    real = kmod.tuple_blocks
+    monkeypatch.setattr(kmod, "tuple_blocks", lambda n, s, m: real(n, s, 16))
     g = torch.Generator().manual_seed(9)
     x = torch.randn(9, 7, 37, generator=g).to(DEV)
     i = unique_indices((29,), (9, 7), torch.int32, generator=g).to(DEV)

@@ -243,7 +243,7 @@ def scatter_overwrite_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Ten
     """
     n = lin.numel()
     if work.shape[1] == 1 and not torch.are_deterministic_algorithms_enabled():
-        work.view(-1).index_copy_(0, lin, upd.view(-1))
+        work.index_copy_(0, lin, upd)
         return
     ord_dtype = torch.int32 if n < 2**31 else torch.int64
     claim = torch.full((work.shape[0],), -1, dtype=ord_dtype, device=work.device)
@@ -280,31 +280,34 @@ def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
         return dst if source is None else dst.copy_(source)
     signed = indices.dtype in SIGNED_INDEX_DTYPES
     idx2 = index_matrix(indices, n_tuples, k, small=False)
-    names = lay.dim_names(dst.dim())
     if 0 in sizes:
-        _report_bad_index(op, indices, idx2, sizes, signed, names)
+        _report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
     rows, slice_len = prod(sizes), lay.slice_len
     small = (n_tuples * slice_len <= SMALL_SCATTER and reduction in ("none", "add")
              and dst.dtype != torch.bool)
     if small:
         if fresh:
             if not signed and bool((idx2 < 0).any()):     # uint64 >= 2**63
-                _report_bad_index(op, indices, idx2, sizes, signed, names)
+                _report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
         else:
-            check_and_wrap_plan(op, indices, idx2, sizes, signed, names)
+            check_and_wrap_plan(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
         if source is not None:
             dst.copy_(source)
         if slice_len == 0:
             return dst
-        target = as_movable(dst).reshape(lay.natural_input_shape)     # a view: drops padding
+        target = as_movable(dst)
+        upd = as_movable(updates)
+        if lay.dml_form:
+            target = target.reshape(lay.natural_input_shape)        # a view: drops padding
+        if lay.dml_form or indices.dim() != 2:
+            upd = upd.reshape((n_tuples,) + tuple(lay.slice_shape))
         try:
-            target.index_put_(idx2.unbind(1),
-                              as_movable(updates).reshape((n_tuples,) + tuple(lay.slice_shape)),
-                              accumulate=reduction == "add")
+            target.index_put_(idx2.unbind(1), upd, accumulate=reduction == "add")
         except IndexError:
-            _report_bad_index(op, indices, idx2, sizes, signed, names)
+            _report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
             raise
         return dst
+    names = lay.dim_names(dst.dim())
     wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, names)
     if source is not None:
         dst.copy_(source)

@@ -74,8 +74,8 @@ def _scatter_nd_impl(input, indices, updates, reduction="none", input_dimension_
                      indices_dimension_count=None, feature_level="permissive", check_indices=True):
     lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                            indices_dimension_count, feature_level)
-    out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-    _scatter_into(out, input, indices, updates, lay, reduction, check_indices, fresh=True)
+    out = input.clone(memory_format=torch.contiguous_format)
+    _scatter_into(out, None, indices, updates, lay, reduction, check_indices, fresh=True)
     return out
 
 

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import torch
+import triton
+import triton.language as tl
 
 #: Sentinel of "no violation" in the int64 flag the kernels use to report a bad index position.
 NO_VIOLATION = 2**63 - 1
@@ -41,3 +44,44 @@ def merged_stride(shape, strides):
         if st0 != st1 * s1:
             return None
     return dims[-1][1]
+
+
+def tuple_blocks(n_tuples: int, slice_len: int, max_block: Optional[int]):
+    """(BLOCK_T, BLOCK_S) for the gather/scatter kernels' 2-D grid of tuples x slice elements.
+
+    About ``max_block`` elements per program (tests lower it to exercise many programs and
+    partial blocks); the slice axis of the grid is limited to 65535 programs.
+    """
+    budget = max_block or (8192 if interpreting() else 2048)
+    block_s = max(1, min(next_pow2(slice_len), budget, 1024))
+    if triton.cdiv(slice_len, block_s) > 65535:
+        block_s = next_pow2(triton.cdiv(slice_len, 65535))
+    block_t = max(1, min(next_pow2(n_tuples), max(1, budget // block_s)))
+    return block_t, block_s
+
+
+@triton.jit
+def tuple_offsets(idx_ptr, meta_ptr, offs_t, mask_t, K: tl.constexpr, SIGNED: tl.constexpr):
+    """Offsets of a block of index tuples: ``(off, ok, first_bad)``, each [BLOCK_T].
+
+    ``idx_ptr`` holds K coordinates per tuple; ``meta_ptr`` the K dimension sizes, then their K
+    strides (int64).  ``off`` is sum(coordinate * stride) with negative coordinates of a SIGNED
+    type wrapped and out-of-range ones counted as 0 (so it never points outside the tensor),
+    ``ok`` says every coordinate is in range, ``first_bad`` is the smallest flat position
+    (tuple * K + j) of an out-of-range coordinate (int64 max if none).
+    """
+    off = tl.zeros_like(offs_t)
+    ok = mask_t
+    first_bad = tl.full(offs_t.shape, 9223372036854775807, tl.int64)
+    for j in tl.static_range(K):
+        size = tl.load(meta_ptr + j)
+        stride = tl.load(meta_ptr + K + j)
+        # int64 before any multiply: tensors may exceed 2**31 elements
+        c = tl.load(idx_ptr + offs_t * K + j, mask=mask_t, other=0).to(tl.int64)
+        if SIGNED:
+            c = tl.where(c < 0, c + size, c)     # spec: negative indices count from the end
+        bad = ((c < 0) | (c >= size)) & mask_t
+        ok = ok & (bad == 0)
+        first_bad = tl.minimum(first_bad, tl.where(bad, offs_t * K + j, 9223372036854775807))
+        off += tl.where(bad, 0, c) * stride
+    return off, ok, first_bad

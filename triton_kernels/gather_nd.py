@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import NO_VIOLATION, bits_view, interpreting, merged_stride, next_pow2
+from ._common import NO_VIOLATION, bits_view, merged_stride, tuple_blocks, tuple_offsets
 
 
 @triton.jit
@@ -28,23 +28,10 @@ def _gather_nd_kernel(
     """
     pid_t = tl.program_id(0)
     pid_s = tl.program_id(1)
-    # int64 before any multiply: tensors may exceed 2**31 elements.
     offs_t = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)          # [BLOCK_T]
     mask_t = offs_t < n_tuples
-    src = (offs_t // per_batch) * stride_in_batch                           # [BLOCK_T] int64
-    ok = mask_t
-    first_bad = tl.full([BLOCK_T], 9223372036854775807, tl.int64)
-    for j in tl.static_range(K):
-        size = tl.load(meta_ptr + j)
-        stride = tl.load(meta_ptr + K + j)
-        c = tl.load(idx_ptr + offs_t * K + j, mask=mask_t, other=0).to(tl.int64)
-        if SIGNED:
-            c = tl.where(c < 0, c + size, c)   # spec: negative indices count from the end
-        bad = ((c < 0) | (c >= size)) & mask_t
-        ok = ok & (bad == 0)
-        if CHECK:
-            first_bad = tl.minimum(first_bad, tl.where(bad, offs_t * K + j, 9223372036854775807))
-        src += tl.where(bad, 0, c) * stride
+    off, ok, first_bad = tuple_offsets(idx_ptr, meta_ptr, offs_t, mask_t, K, SIGNED)
+    src = (offs_t // per_batch) * stride_in_batch + off                     # [BLOCK_T] int64
     if CHECK:
         b_first = tl.min(first_bad, axis=0)
         tl.atomic_min(flag_ptr, b_first, mask=(pid_s == 0) & (b_first < 9223372036854775807))
@@ -55,15 +42,6 @@ def _gather_nd_kernel(
                          mask=ok[:, None] & mask_s[None, :], other=0)       # [BLOCK_T, BLOCK_S]
         tl.store(out_ptr + offs_t[:, None] * slice_len + offs_s[None, :], b_vals,
                  mask=mask_t[:, None] & mask_s[None, :])
-
-
-def _blocks(n_tuples: int, slice_len: int, max_block: Optional[int]):
-    budget = max_block or (8192 if interpreting() else 2048)
-    block_s = max(1, min(next_pow2(slice_len), budget, 1024))
-    if triton.cdiv(slice_len, block_s) > 65535:          # grid axis 1 is limited to 65535
-        block_s = next_pow2(triton.cdiv(slice_len, 65535))
-    block_t = max(1, min(next_pow2(n_tuples), max(1, budget // block_s)))
-    return block_t, block_s
 
 
 def gather_nd_triton(out: torch.Tensor, input: torch.Tensor, indices: torch.Tensor, batch_dims: int,
@@ -102,7 +80,7 @@ def gather_nd_triton(out: torch.Tensor, input: torch.Tensor, indices: torch.Tens
     meta = torch.tensor(index_sizes + strides[b: b + k], dtype=torch.int64, device=device)
     idx = indices.contiguous()
     dst = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
-    block_t, block_s = _blocks(n_tuples, slice_len, max_block)
+    block_t, block_s = tuple_blocks(n_tuples, slice_len, max_block)
     grid = (triton.cdiv(n_tuples, block_t), max(1, triton.cdiv(slice_len, block_s)) if move else 1)
     _gather_nd_kernel[grid](
         bits_view(dst), bits_view(src), idx, meta, flag if check else meta,

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import NO_VIOLATION, bits_view, interpreting, next_pow2
+from ._common import NO_VIOLATION, bits_view, tuple_blocks, tuple_offsets
 
 # MODE values (constexpr)
 CHECK, CLAIM, STORE_WINNERS, STORE, ADD, MAX, MIN = range(7)
@@ -38,19 +38,7 @@ def _scatter_nd_kernel(
     pid_s = tl.program_id(1)
     offs_t = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)          # [BLOCK_T]
     mask_t = offs_t < n_tuples
-    row = tl.zeros([BLOCK_T], dtype=tl.int64)
-    ok = mask_t
-    first_bad = tl.full([BLOCK_T], 9223372036854775807, tl.int64)
-    for j in tl.static_range(K):
-        size = tl.load(meta_ptr + j)
-        stride = tl.load(meta_ptr + K + j)
-        c = tl.load(idx_ptr + offs_t * K + j, mask=mask_t, other=0).to(tl.int64)
-        if SIGNED:
-            c = tl.where(c < 0, c + size, c)
-        bad = ((c < 0) | (c >= size)) & mask_t
-        ok = ok & (bad == 0)
-        first_bad = tl.minimum(first_bad, tl.where(bad, offs_t * K + j, 9223372036854775807))
-        row += tl.where(bad, 0, c) * stride
+    row, ok, first_bad = tuple_offsets(idx_ptr, meta_ptr, offs_t, mask_t, K, SIGNED)
     if MODE == 0:
         b_first = tl.min(first_bad, axis=0)
         tl.atomic_min(aux_ptr, b_first, mask=(pid_s == 0) & (b_first < 9223372036854775807))
@@ -97,15 +85,6 @@ def scatter_nd_triton_supports(dtype: torch.dtype, reduction: str, deterministic
     return False
 
 
-def _blocks(n_tuples: int, slice_len: int, max_block: Optional[int]):
-    budget = max_block or (8192 if interpreting() else 2048)
-    block_s = max(1, min(next_pow2(slice_len), budget, 1024))
-    if triton.cdiv(slice_len, block_s) > 65535:
-        block_s = next_pow2(triton.cdiv(slice_len, 65535))
-    block_t = max(1, min(next_pow2(n_tuples), max(1, budget // block_s)))
-    return block_t, block_s
-
-
 def _meta(index_sizes, device):
     strides, s = [], 1
     for n in reversed(index_sizes):
@@ -115,7 +94,7 @@ def _meta(index_sizes, device):
 
 
 def _launch(mode, out2d, upd2d, idx, meta, aux, n_tuples, slice_len, k, max_block):
-    block_t, block_s = _blocks(n_tuples, slice_len, max_block)
+    block_t, block_s = tuple_blocks(n_tuples, slice_len, max_block)
     grid = (triton.cdiv(n_tuples, block_t),
             max(1, triton.cdiv(slice_len, block_s)) if mode >= STORE_WINNERS else 1)
     _scatter_nd_kernel[grid](
