@@ -21,12 +21,16 @@ def check(x, k, axis=-1, direction="decreasing", index_dtype=torch.int64):
     return res
 
 
-@pytest.fixture(params=["direct", "chunked"])
+@pytest.fixture(params=["direct", "chunked", "short_tie_prefix"])
 def portable_path(request, monkeypatch):
-    """Both candidate strategies: one torch.topk, or selection through chunk maxima."""
+    """The portable strategies: one torch.topk, or selection through chunk maxima; boundary
+    ties found in a row prefix, or (short prefix) through the whole-row count."""
     from torch_dml_ops import _fallback
     if request.param == "chunked":
         monkeypatch.setattr(_fallback, "CHUNKED_MIN_ROW", 1)
+    if request.param == "short_tie_prefix":
+        monkeypatch.setattr(_fallback, "TIE_PREFIX", 3)
+        monkeypatch.setattr(_fallback, "TIE_PREFIX_PER_K", 1)
     return request.param
 
 
@@ -241,19 +245,21 @@ def topk_problems(draw):
     span = draw(st.sampled_from([2, 5, 1000]))
     seed = draw(st.integers(0, 2**16))
     chunked = draw(st.booleans())
-    return shape, axis, k, dtype, direction, span, seed, chunked
+    prefix = draw(st.sampled_from([256, 2]))
+    return shape, axis, k, dtype, direction, span, seed, chunked, prefix
 
 
 @given(topk_problems())
 def test_top_k1_property_matches_oracle(problem):
     from torch_dml_ops import _fallback
-    shape, axis, k, dtype, direction, span, seed, chunked = problem
+    shape, axis, k, dtype, direction, span, seed, chunked, prefix = problem
     g = torch.Generator().manual_seed(seed)
     x = (torch.randint(0, span, shape, generator=g) - (span // 2 if dtype.is_signed else 0))
     x = x.to(dtype) if dtype != torch.bool else x.bool()
-    saved = _fallback.CHUNKED_MIN_ROW
+    saved = _fallback.CHUNKED_MIN_ROW, _fallback.TIE_PREFIX, _fallback.TIE_PREFIX_PER_K
     _fallback.CHUNKED_MIN_ROW = 1 if chunked else 1 << 62
+    _fallback.TIE_PREFIX, _fallback.TIE_PREFIX_PER_K = prefix, (32 if prefix > 2 else 1)
     try:
         check(x, k, axis, direction)
     finally:
-        _fallback.CHUNKED_MIN_ROW = saved
+        _fallback.CHUNKED_MIN_ROW, _fallback.TIE_PREFIX, _fallback.TIE_PREFIX_PER_K = saved

@@ -487,12 +487,50 @@ def stable_topk_lastdim(xw: torch.Tensor, k: int, largest: bool):
         vals, idx = vals[..., :k], idx[..., :k]
         if bool(cross.any()):
             if bool(cross.all()):
-                idx = _boundary_fix(xw, vals, k, largest)
+                idx = _boundary_ties(xw.reshape(-1, n), vals.reshape(-1, k), idx.reshape(-1, k),
+                                     k, largest).view(idx.shape)
             else:
                 idx = idx.clone()
-                idx[cross] = _boundary_fix(xw[cross], vals[cross], k, largest)
+                idx[cross] = _boundary_ties(xw[cross], vals[cross], idx[cross], k, largest)
             return _lexsort(xw.gather(-1, idx), idx, largest)
     return _order_ties(vals, idx, largest)
+
+
+#: The lowest-indexed boundary ties are first looked for in the leading
+#: max(TIE_PREFIX, TIE_PREFIX_PER_K * k) elements of a row.
+TIE_PREFIX = 256
+TIE_PREFIX_PER_K = 32
+
+
+def _boundary_ties(x2: torch.Tensor, vals: torch.Tensor, idx: torch.Tensor, k: int,
+                   largest: bool) -> torch.Tensor:
+    """Rows ([m, n]) with a tie across the k-th boundary: keep the strictly better elements that
+    torch.topk found (their indices are exact) and take the boundary value's lowest indices.
+
+    Those usually sit near the start of the row, so they are first looked for in a prefix of the
+    row (a few light passes over ``m x TIE_PREFIX``); rows whose prefix holds too few go through
+    the whole-row ``_boundary_fix``.
+    """
+    m, n = x2.shape
+    t = vals[:, k - 1:k]
+    need = _ties(vals, t).sum(-1, dtype=torch.int32)                # [m] boundary ties to take
+    length = min(n, max(TIE_PREFIX, TIE_PREFIX_PER_K * k))
+    eq = _ties(x2[:, :length], t)
+    sel = eq & (eq.cumsum(-1, dtype=torch.int32) <= need.unsqueeze(1))
+    short = sel.sum(-1, dtype=torch.int32) < need
+    out = idx.clone()
+    if bool(short.any()):
+        if bool(short.all()):
+            return _boundary_fix(x2, vals, k, largest)
+        out[short] = _boundary_fix(x2[short], vals[short], k, largest)
+        sel &= ~short.unsqueeze(1)
+        need = torch.where(short, 0, need)
+    nz = sel.nonzero()                    # row-major: ascending rows, ascending columns
+    r, col = nz[:, 0], nz[:, 1]
+    start = need.cumsum(0) - need          # first entry of each row in nz
+    j = torch.arange(r.numel(), device=x2.device) - start.index_select(0, r)
+    out[r, (k - need).index_select(0, r) + j] = col
+    return out
 
 
 def top_k1_torch(input: torch.Tensor, k: int, axis: int, largest: bool,
