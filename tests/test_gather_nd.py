@@ -98,7 +98,6 @@ def test_gather_nd_uint64_indices_above_2_63_are_out_of_range():
 
 def _rank_cases():
     cases = []
-    g = torch.Generator().manual_seed(1)
     for r in range(1, 9):
         for k in sorted({1, r, (r + 1) // 2}):
             for q in (1, 2, 3):

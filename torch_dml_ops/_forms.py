@@ -11,7 +11,7 @@ are used, which guard as needed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 from ._validation import ConstraintError
 

@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 
 from . import _backend
-from ._fallback import (as_movable, check_and_wrap_plan, gather_nd_torch, index_matrix,
+from ._fallback import (check_and_wrap_plan, gather_nd_torch, index_matrix,
                         linear_rows)
 from ._forms import GatherLayout, gather_layout, prod
 from ._library import lib

@@ -10,4 +10,4 @@ from .scatter_nd import scatter_nd_check_triton, scatter_nd_triton, scatter_nd_t
 from .top_k1 import top_k1_triton, top_k1_triton_supports
 
 __all__ = ["gather_nd_triton", "scatter_nd_check_triton", "scatter_nd_triton",
-           "scatter_nd_triton_supports"]
+           "scatter_nd_triton_supports", "top_k1_triton", "top_k1_triton_supports"]
