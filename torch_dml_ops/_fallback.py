@@ -1,8 +1,10 @@
 """Portable implementations built from torch ops only (CPU, and any device torch runs on).
 
 Each function receives tensors that already passed the metadata checks of ``_validation`` and the
-layout computed by ``_forms``; it does the data-dependent index-range check itself (one host sync,
-which the ``check_indices=False`` switch skips).
+layout computed by ``_forms``, and does the data-dependent index-range check itself: one min/max
+pass and a host sync, or the bounds check of the torch kernel it calls.  The portable path always
+checks (``check_indices=False`` only matters on the Triton path): the same pass tells it whether
+negative indices must wrap.
 """
 from __future__ import annotations
 
