@@ -518,19 +518,20 @@ def _boundary_ties(x2: torch.Tensor, vals: torch.Tensor, idx: torch.Tensor, k: i
     need = _ties(vals, t).sum(-1, dtype=torch.int32)                # [m] boundary ties to take
     length = min(n, max(TIE_PREFIX, TIE_PREFIX_PER_K * k))
     eq = _ties(x2[:, :length], t)
-    sel = eq & (eq.cumsum(-1, dtype=torch.int32) <= need.unsqueeze(1))
-    short = sel.sum(-1, dtype=torch.int32) < need
+    cnt = eq.sum(-1, dtype=torch.int32)
+    short = cnt < need
     out = idx.clone()
     if bool(short.any()):
         if bool(short.all()):
             return _boundary_fix(x2, vals, k, largest)
         out[short] = _boundary_fix(x2[short], vals[short], k, largest)
-        sel &= ~short.unsqueeze(1)
-        need = torch.where(short, 0, need)
-    nz = sel.nonzero()                    # row-major: ascending rows, ascending columns
+        need = torch.where(short, 0, need)    # those rows take nothing below
+    nz = eq.nonzero()                     # row-major: ascending rows, ascending columns
     r, col = nz[:, 0], nz[:, 1]
-    start = need.cumsum(0) - need          # first entry of each row in nz
+    start = cnt.cumsum(0) - cnt           # first entry of each row in nz
     j = torch.arange(r.numel(), device=x2.device) - start.index_select(0, r)
+    keep = j < need.index_select(0, r)    # the row's first `need` boundary ties
+    r, col, j = r[keep], col[keep], j[keep]
     out[r, (k - need).index_select(0, r) + j] = col
     return out
 
