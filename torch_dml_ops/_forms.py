@@ -10,7 +10,7 @@ are used, which guard as needed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from ._validation import ConstraintError
@@ -57,7 +57,8 @@ class GatherLayout:
 
     ``input`` is viewed as ``[batch, *index_sizes, *slice_shape]`` and ``indices`` as
     ``[batch, tuples_per_batch, k]``; tuple t of batch b selects the slice
-    ``input[b, idx[b, t, 0], ..., idx[b, t, k-1]]``.
+    ``input[b, idx[b, t, 0], ..., idx[b, t, k-1]]``.  The derived sizes are computed once (layouts
+    are memoized per shape), since the kernels read them on every call.
     """
     dml_form: bool
     natural_input_shape: tuple
@@ -66,26 +67,21 @@ class GatherLayout:
     k: int
     out_shape: tuple            # what the op returns (padded in the DML form)
     natural_out_shape: tuple
+    batch: int = field(init=False)
+    index_sizes: tuple = field(init=False)
+    slice_shape: tuple = field(init=False)
+    slice_len: int = field(init=False)
+    n_tuples: int = field(init=False)
+    rows: int = field(init=False)            # batch * prod(index_sizes)
 
-    @property
-    def batch(self) -> int:
-        return prod(self.natural_input_shape[: self.batch_dims])
-
-    @property
-    def index_sizes(self) -> tuple:
-        return self.natural_input_shape[self.batch_dims: self.batch_dims + self.k]
-
-    @property
-    def slice_shape(self) -> tuple:
-        return self.natural_input_shape[self.batch_dims + self.k:]
-
-    @property
-    def slice_len(self) -> int:
-        return prod(self.slice_shape)
-
-    @property
-    def n_tuples(self) -> int:
-        return prod(self.natural_indices_shape[:-1])
+    def __post_init__(self) -> None:
+        b, k, shape = self.batch_dims, self.k, self.natural_input_shape
+        derived = dict(batch=prod(shape[:b]), index_sizes=tuple(shape[b:b + k]),
+                       slice_shape=tuple(shape[b + k:]), slice_len=prod(shape[b + k:]),
+                       n_tuples=prod(self.natural_indices_shape[:-1]))
+        derived["rows"] = derived["batch"] * prod(derived["index_sizes"])
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
     def dim_names(self, input_rank: int) -> list:
         """Names of the indexed input dimensions, numbered as the caller's tensor has them."""
