@@ -20,11 +20,11 @@ setup(
     packages=["torch_dml_ops", "torch_dml_ops.triton_kernels"],
     package_dir={"torch_dml_ops": "torch_dml_ops", "torch_dml_ops.triton_kernels": "triton_kernels"},
     # torch.library.triton_op / register_fake / register_autograd / opcheck: torch 2.6 and newer.
-    install_requires=["torch>=2.6", "numpy"],
+    install_requires=["torch>=2.6"],
     extras_require={
         # Triton is optional: without it the portable path runs everywhere.
         "triton": ["triton>=3.0"],
-        "test": ["pytest", "hypothesis", "triton>=3.0"],
+        "test": ["pytest", "hypothesis", "numpy", "triton>=3.0"],
     },
     license="MIT",
 )
