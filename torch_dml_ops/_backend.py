@@ -101,3 +101,22 @@ def plain_eager_call(tensors, differentiable) -> bool:
     if torch._C._functorch.peek_interpreter_stack() is not None:
         return False
     return not torch.autograd.profiler._is_profiler_enabled
+
+
+def vmap_operands(info, in_dims, tensors):
+    """Physical operands for a vmap rule: every tensor with its batch dim moved to the front,
+    unbatched ones expanded (a view) to the batch size."""
+    out = []
+    for t, d in zip(tensors, in_dims):
+        if d is None:
+            out.append(t.unsqueeze(0).expand((info.batch_size,) + tuple(t.shape)))
+        else:
+            out.append(t.movedim(d, 0))
+    return out
+
+
+def logical(t: torch.Tensor, bdim) -> torch.Tensor:
+    """A meta tensor with the per-sample shape and dtype: the validation layer checks what the
+    user wrote, not the batched physical tensor."""
+    shape = tuple(t.shape) if bdim is None else tuple(s for i, s in enumerate(t.shape) if i != bdim)
+    return torch.empty(shape, dtype=t.dtype, device="meta")

@@ -92,6 +92,21 @@ torch.library.register_autograd("torch_dml_ops::top_k1", _top_k1_backward,
                                 setup_context=_top_k1_setup_context, lib=lib)
 # The indices output is an integer tensor: not differentiable.
 
+
+
+def _top_k1_vmap(info, in_dims, input, k, axis=-1, direction="decreasing",
+                 index_dtype=torch.int64, feature_level="permissive"):
+    """torch.vmap: the vmapped dimension is one more leading dimension; the axis shifts past it."""
+    ax = check_top_k1(_backend.logical(input, in_dims[0]), k, axis, direction, index_dtype,
+                      feature_level)
+    (x,) = _backend.vmap_operands(info, in_dims[:1], (input,))
+    v, i = _OP(x, k, ax + 1, direction, index_dtype, "permissive")
+    return (v, i), (0, 0)
+
+
+# torch.vmap without the per-sample fallback loop.
+torch.library.register_vmap("torch_dml_ops::top_k1", _top_k1_vmap, lib=lib)
+
 _OP = torch.ops.torch_dml_ops.top_k1.default
 
 _DIRECTION_NAMES = {
