@@ -186,7 +186,6 @@ torch.library.register_autograd("torch_dml_ops::gather_nd_backward", _gather_nd_
                                 setup_context=_gather_nd_backward_setup_context, lib=lib)
 
 
-
 def _gather_nd_vmap(info, in_dims, input, indices, batch_dims=0, input_dimension_count=None,
                     indices_dimension_count=None, feature_level="permissive", check_indices=True):
     """torch.vmap: the vmapped dimension becomes one more batch dimension (natural form)."""

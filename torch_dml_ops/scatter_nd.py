@@ -196,7 +196,6 @@ torch.library.register_autograd("torch_dml_ops::scatter_nd", _scatter_nd_backwar
                                 setup_context=_scatter_nd_setup_context, lib=lib)
 
 
-
 def _scatter_nd_vmap(info, in_dims, input, indices, updates, reduction="none",
                      input_dimension_count=None, indices_dimension_count=None,
                      feature_level="permissive", check_indices=True):

@@ -93,7 +93,6 @@ torch.library.register_autograd("torch_dml_ops::top_k1", _top_k1_backward,
 # The indices output is an integer tensor: not differentiable.
 
 
-
 def _top_k1_vmap(info, in_dims, input, k, axis=-1, direction="decreasing",
                  index_dtype=torch.int64, feature_level="permissive"):
     """torch.vmap: the vmapped dimension is one more leading dimension; the axis shifts past it."""
