@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from ._forms import GatherLayout, prod
+from ._forms import GatherLayout
 from ._validation import SIGNED_INDEX_DTYPES, raise_index_error
 
 # torch's index kernels refuse the unsigned types: move them as same-width signed integers (the
@@ -129,8 +129,8 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
     if n_tuples == 0:
         return torch.empty(lay.out_shape, dtype=input.dtype, device=input.device) if out is None else out
     signed = indices.dtype in SIGNED_INDEX_DTYPES
-    batch, rows, slice_len = lay.batch, prod(sizes), lay.slice_len
-    idx2 = index_matrix(indices, n_tuples, k, batch * rows < 2**31)
+    batch, rows, slice_len = lay.batch, lay.rows, lay.slice_len
+    idx2 = index_matrix(indices, n_tuples, k, rows < 2**31)
 
     if b == 0 and n_tuples <= SMALL_TUPLES:
         if indices.dtype == torch.uint64 and bool((idx2 < 0).any()):
@@ -184,7 +184,7 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
     if out.numel() == 0:
         return out
     lin = linear_rows(idx2, sizes, wrap, batch, n_tuples // batch)
-    src = as_movable(input).view(batch * rows, slice_len)
+    src = as_movable(input).view(rows, slice_len)
     dst = as_movable(out)
     dst_2d = dst.view(n_tuples, slice_len) if dst.is_contiguous() else None
     try:
@@ -284,7 +284,7 @@ def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
     idx2 = index_matrix(indices, n_tuples, k, small=False)
     if 0 in sizes:
         _report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
-    rows, slice_len = prod(sizes), lay.slice_len
+    rows, slice_len = lay.rows, lay.slice_len      # no batch dims in a scatter: rows = prod(sizes)
     small = (n_tuples * slice_len <= SMALL_SCATTER and reduction in ("none", "add")
              and dst.dtype != torch.bool)
     if small:

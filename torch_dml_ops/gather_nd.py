@@ -23,7 +23,7 @@ import torch
 from . import _backend
 from ._fallback import (check_and_wrap_plan, gather_nd_torch, index_matrix,
                         linear_rows)
-from ._forms import GatherLayout, gather_layout, prod
+from ._forms import GatherLayout, gather_layout
 from ._library import lib
 from ._validation import (SIGNED_INDEX_DTYPES, _state, check_gather_nd, check_out,
                           raise_index_error)
@@ -120,11 +120,11 @@ def _gather_nd_backward_impl(grad, indices, input_shape, batch_dims, input_dimen
     lay = gather_layout("gather_nd", input_shape, indices.shape, batch_dims,
                         input_dimension_count, indices_dimension_count)
     sizes = lay.index_sizes
-    batch, rows, slice_len, n_tuples = lay.batch, prod(sizes), lay.slice_len, lay.n_tuples
-    grad_in = torch.zeros(batch * rows, slice_len, dtype=grad.dtype, device=grad.device)
+    batch, rows, slice_len, n_tuples = lay.batch, lay.rows, lay.slice_len, lay.n_tuples
+    grad_in = torch.zeros(rows, slice_len, dtype=grad.dtype, device=grad.device)
     if grad_in.numel() and n_tuples:
         signed = indices.dtype in SIGNED_INDEX_DTYPES
-        idx2 = index_matrix(indices, n_tuples, lay.k, batch * rows < 2**31)
+        idx2 = index_matrix(indices, n_tuples, lay.k, rows < 2**31)
         # The forward already range-checked these indices; this finds which columns wrap.
         wrap = check_and_wrap_plan("gather_nd", indices, idx2, sizes, signed,
                                    lay.dim_names(len(input_shape)))
