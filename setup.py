@@ -17,7 +17,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
-    packages=["torch_dml_ops", "torch_dml_ops.triton_kernels"],
+    packages=["torch_dml_ops", "torch_dml_ops.bench", "torch_dml_ops.triton_kernels"],
     package_dir={"torch_dml_ops": "torch_dml_ops", "torch_dml_ops.triton_kernels": "triton_kernels"},
     # torch.library.triton_op / register_fake / register_autograd / opcheck: torch 2.6 and newer.
     install_requires=["torch>=2.6"],
@@ -25,6 +25,11 @@ setup(
         # Triton is optional: without it the portable path runs everywhere.
         "triton": ["triton>=3.0"],
         "test": ["pytest", "hypothesis", "numpy", "triton>=3.0"],
+        # python -m torch_dml_ops.bench: the peers it compares with, and the plot.  Never needed
+        # by the tests (their peer tests skip without them).
+        "bench": ["numpy", "matplotlib", "onnx", "onnxruntime", "jax",
+                  "tensorflow-cpu; platform_machine == 'x86_64'",
+                  "tensorflow; platform_machine != 'x86_64'"],
     },
     license="MIT",
 )

@@ -1,0 +1,170 @@
+"""The benchmark suite: agreement checks, timing rows, reports, and the peers that are installed.
+
+The peers (onnxruntime, TensorFlow, JAX) are never required: their tests skip when they are not
+installed, and everything else runs with ``--peers none``.
+"""
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from torch_dml_ops import bench
+from torch_dml_ops.bench import cases, core, peers, report
+from torch_dml_ops.bench.core import TIE_ORDER, Case, Provider, Settings
+
+FAST = Settings(repeats=3, block_s=0.002, warmup=1, max_case_s=2.0)
+
+
+def _case(providers, reference="ours", **kw):
+    def make(seed):
+        torch.manual_seed(seed)
+        return {"x": torch.randn(100)}
+    return Case("toy", "toy", make, providers, reference=reference, **kw)
+
+
+def test_run_case_checks_before_timing():
+    rows = core.run_case(_case([
+        Provider("ours", lambda d: d["x"] * 2, kind="ours"),
+        Provider("same", lambda d: d["x"] + d["x"]),
+        Provider("wrong", lambda d: d["x"] * 3),
+        Provider("raises", lambda d: 1 / 0),
+        Provider("copy", lambda d: d["x"].clone(), kind="yardstick"),
+    ]), FAST)
+    by = {r.provider: r for r in rows}
+    assert by["ours"].agreement == "reference" and by["ours"].timed
+    assert by["same"].agreement == core.EXACT and by["same"].timed
+    assert not by["wrong"].timed and "100 elements differ" in by["wrong"].error
+    assert not by["raises"].timed and "ZeroDivisionError" in by["raises"].error
+    assert by["copy"].timed and by["copy"].agreement.startswith("not checked")
+    assert by["same"].ratio_best_other == pytest.approx(1.0)
+    assert by["ours"].ratio_best_other == pytest.approx(by["ours"].median_s / by["same"].median_s)
+    for r in rows:
+        if r.timed:
+            assert r.min_s <= r.q1_s <= r.median_s <= r.q3_s <= r.max_s
+            assert r.repeats == 3 and r.number >= 1
+
+
+def test_case_rejects_unknown_reference_and_duplicates():
+    with pytest.raises(ValueError, match="reference"):
+        _case([Provider("a", lambda d: d["x"])], reference="b")
+    with pytest.raises(ValueError, match="duplicate"):
+        _case([Provider("ours", lambda d: d["x"]), Provider("ours", lambda d: d["x"])])
+    with pytest.raises(ValueError, match="kind"):
+        Provider("a", lambda d: 0, kind="mine")
+
+
+def test_topk_compare():
+    x = torch.tensor([[3.0, 1.0, 3.0, 2.0, 3.0]])
+    d = {"x": x, "k": 2, "largest": True}
+    ref = (torch.tensor([[3.0, 3.0]]), torch.tensor([[0, 2]]))
+    assert cases.topk_compare(ref, ref, d) is None
+    assert cases.topk_compare(ref, (ref[0], torch.tensor([[2, 4]], dtype=torch.int32)), d) \
+        == TIE_ORDER
+    assert "values differ" in cases.topk_compare(ref, (torch.tensor([[3.0, 2.0]]), ref[1]), d)
+    assert "do not point" in cases.topk_compare(ref, (ref[0], torch.tensor([[0, 1]])), d)
+    assert "do not point" in cases.topk_compare(ref, (ref[0], torch.tensor([[0, 9]])), d)
+
+
+def test_every_case_builds_with_unique_names():
+    """Building the full suite is cheap (inputs are made only when a case runs)."""
+    for op, build in cases.OPS.items():
+        built = build(series_sizes=cases.FULL_SERIES[op])
+        names = [c.name for c in built]
+        assert len(names) == len(set(names)), op
+        assert any(c.series for c in built) and any(not c.series for c in built)
+        for c in built:
+            assert c.provider(c.reference).kind == "ours"
+
+
+@pytest.mark.parametrize("op", list(cases.OPS))
+def test_small_cases_agree(op):
+    """Every torch-native formulation reproduces ours on the smallest case of each series."""
+    for c in cases.OPS[op](series_sizes=(10,), named=False):
+        if c.size > (1 << 10):
+            continue
+        for r in core.run_case(c, FAST, bandwidth=1e10):
+            assert not r.error, (c.name, r.provider, r.error)
+            assert r.ideal_bytes > 0 and r.limit_s == pytest.approx(r.ideal_bytes / 1e10)
+
+
+def test_main_end_to_end(tmp_path, capsys):
+    js, md = tmp_path / "r.json", tmp_path / "r.md"
+    rc = bench.main(["gather_nd", "scatter_nd", "--no-series", "--case", "small", "--peers",
+                     "none", "--quick", "--repeats", "3", "--block-ms", "2", "--copy-mb", "8",
+                     "--json", str(js), "--markdown", str(md)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "| gather_nd | small 64x64 k=2 n=128 |" in out
+    assert "copy bandwidth" in out
+    data = json.loads(js.read_text())
+    assert data["meta"]["copy_bandwidth_GBps"] > 0
+    ours = [r for r in data["rows"] if r["kind"] == "ours"]
+    assert {r["op"] for r in ours} == {"gather_nd", "scatter_nd"}
+    assert all(r["median_s"] > 0 and r["error"] == "" for r in ours)
+    assert "## Every provider" in md.read_text()
+
+
+def test_main_rejects_bad_arguments(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["no_such_op"])
+    with pytest.raises(SystemExit):
+        bench.main(["--peers", "numpy"])
+    with pytest.raises(SystemExit):
+        bench.main(["--no-series", "--no-named"])
+
+
+def _rows_for_plot():
+    rows = []
+    for size in (1 << 10, 1 << 12):
+        for prov, kind, lib in (("tdo.gather_nd", "ours", "torch_dml_ops"),
+                                ("torch take", "torch", "torch"),
+                                ("onnxruntime GatherND", "peer", "onnxruntime")):
+            rows.append(core.Row("gather_nd", f"element {size}", prov, kind, lib,
+                                 series="gather_nd element", size=size, median_s=size * 1e-8,
+                                 q1_s=size * 1e-8, q3_s=size * 1e-8, limit_s=size * 1e-9,
+                                 large=True, agreement="exact"))
+    return rows
+
+
+def test_summary_and_scoreboard():
+    rows = _rows_for_plot()
+    rows[1].median_s = rows[0].median_s / 2      # torch take twice as fast on the first size
+    rows[5].median_s = rows[3].median_s / 1.03   # onnxruntime 3% faster on the second
+    text = report.summary_table(rows)
+    assert "| gather_nd | element 1024 |" in text and "behind torch take" in text
+    board = report.scoreboard(rows)
+    assert board == ["gather_nd: large cases first 0, tied 1, behind 1: element 1024 "
+                     "(2.00x torch take)"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
+def test_plot_writes_png(tmp_path):
+    path = tmp_path / "p.png"
+    assert report.plot(str(path), _rows_for_plot(), "title") is None
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_series(tmp_path):
+    assert "no scaling series" in (report.plot(str(tmp_path / "p.png"), [], "t") or
+                                   "no scaling series")
+
+
+@pytest.mark.parametrize("name", peers.PEER_NAMES)
+def test_peer_agrees_on_small_cases(name):
+    module = {"onnxruntime": "onnxruntime", "tensorflow": "tensorflow", "jax": "jax"}[name]
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{name} is not installed (pip install -e '.[bench]')")
+    loaded, skipped = peers.load_peers([name], torch.get_num_threads())
+    assert not skipped, skipped
+    hook = peers.hook(loaded, "cpu")
+    todo = (cases.gather_nd_cases(peers=hook, series_sizes=(10,), named=False)[:1]
+            + cases.scatter_nd_cases(peers=hook, series_sizes=(10,), named=False)[:1]
+            + [c for c in cases.top_k1_cases(peers=hook) if c.name.startswith(cases.PROBE)])
+    for c in todo:
+        rows = {r.provider: r for r in core.run_case(c, FAST)}
+        mine = [r for r in rows.values() if r.library == name]
+        assert mine, c.name
+        for r in mine:
+            assert not r.error, (c.name, r.error)
+            assert r.agreement in (core.EXACT, TIE_ORDER)
