@@ -104,10 +104,12 @@ def linear_rows(idx2: torch.Tensor, sizes: Sequence[int], wrap: Sequence[bool], 
     return lin
 
 
-#: Up to this many tuples (without batch dims) one advanced-indexing call does everything: it
-#: wraps negative indices and range-checks each dimension in C++, saving the separate reduction,
-#: host sync and linearization, whose fixed costs dominate small calls.
+#: Up to this many tuples (without batch dims), moving up to SMALL_ELEMENTS elements, one
+#: advanced-indexing call does everything: it wraps negative indices and range-checks each
+#: dimension in C++, saving the separate reduction, host sync and linearization, whose fixed
+#: costs dominate small calls.  It copies element by element, so large slices go to index_select.
 SMALL_TUPLES = 2048
+SMALL_ELEMENTS = 16384
 
 
 def _report_bad_index(op: str, indices: torch.Tensor, idx2: torch.Tensor, sizes: Sequence[int],
@@ -132,7 +134,7 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
     batch, rows, slice_len = lay.batch, lay.rows, lay.slice_len
     idx2 = index_matrix(indices, n_tuples, k, rows < 2**31)
 
-    if b == 0 and n_tuples <= SMALL_TUPLES:
+    if b == 0 and n_tuples <= SMALL_TUPLES and n_tuples * slice_len <= SMALL_ELEMENTS:
         if indices.dtype == torch.uint64 and bool((idx2 < 0).any()):
             _report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(input.dim()))   # >= 2**63
         src = as_movable(input)
