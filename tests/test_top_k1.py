@@ -23,11 +23,13 @@ def check(x, k, axis=-1, direction="decreasing", index_dtype=torch.int64):
 
 @pytest.fixture(params=["direct", "chunked", "short_tie_prefix"])
 def portable_path(request, monkeypatch):
-    """The portable strategies: one torch.topk, or selection through chunk maxima; boundary
-    ties found in a row prefix, or (short prefix) through the whole-row count."""
+    """The portable strategies: one torch.topk, or selection through (recursive, strided) chunk
+    maxima, and k = 1 through strided chunk maxima; boundary ties found in a row prefix, or
+    (short prefix) through the whole-row count."""
     from torch_dml_ops import _fallback
     if request.param == "chunked":
         monkeypatch.setattr(_fallback, "CHUNKED_MIN_ROW", 1)
+        monkeypatch.setattr(_fallback, "TOP1_MIN_ROW", 2)
     if request.param == "short_tie_prefix":
         monkeypatch.setattr(_fallback, "TIE_PREFIX", 3)
         monkeypatch.setattr(_fallback, "TIE_PREFIX_PER_K", 1)
@@ -108,6 +110,41 @@ def test_top_k1_long_rows():
         for d in DIRS:
             check(x, k, -1, d)
     check(torch.randn(2, 3001, generator=g), 7, -1)
+
+
+@pytest.mark.parametrize("forced", [False, True])
+@pytest.mark.parametrize("direction", DIRS)
+def test_top_k1_strided_chunks(direction, forced, monkeypatch):
+    """Shapes the cost model sends through strided chunk maxima (and k = 1 through the chunked
+    first-best), or every level split (forced): ties at the boundary, in several chunks and in
+    the tail, NaN, -0.0 / +0.0, integer types torch.topk refuses, non-contiguous rows."""
+    from torch_dml_ops import _fallback
+    if forced:
+        monkeypatch.setattr(_fallback, "CHUNKED_MIN_ROW", 1)
+        monkeypatch.setattr(_fallback, "TOP1_MIN_ROW", 2)
+    g = torch.Generator().manual_seed(7)
+    nan = float("nan")
+    for n in (1024, 1031):                                        # no tail / a tail
+        ties = torch.randint(0, 6, (24, n), generator=g)
+        f = torch.randn(24, n, generator=g)
+        f[::3, 5::97] = nan                                      # some rows with NaN
+        f[1::4, :: 13] = 0.0
+        f[1::4, 7:: 13] = -0.0
+        f[2::5] = f[2::5].round()                                # ties across chunks
+        f[3, -3:] = f[3].max()                                   # the best value in the tail
+        for k in (1, 2, 8, 37):
+            check(f, k, -1, direction)
+            check(ties.float(), k, -1, direction)
+        for dtype in (torch.int32, torch.uint8, torch.uint16, torch.uint32, torch.int64):
+            check(ties.to(dtype), 8, -1, direction)
+            check(ties.to(dtype), 1, -1, direction)
+        check(f.t().contiguous().t(), 8, -1, direction)          # strided rows
+        check(f.t(), 3, 0, direction)
+    x = torch.randint(0, 3, (4, 600), generator=g).to(torch.float16)
+    for k in (1, 300, 599, 600):                                  # k up to the row length
+        check(x, k, -1, direction)
+    check(torch.full((3, 2048), nan), 5, -1, direction)          # all NaN
+    check(torch.zeros(3, 2048).index_fill_(1, torch.arange(1, 2048, 2), -0.0), 9, -1, direction)
 
 
 def test_top_k1_is_stable_where_torch_topk_is_not_promised():

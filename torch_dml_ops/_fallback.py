@@ -8,6 +8,7 @@ negative indices must wrap.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import List, Optional, Sequence
 
@@ -354,38 +355,136 @@ def _nan_mask(t: torch.Tensor) -> Optional[torch.Tensor]:
     return torch.isnan(t) if t.is_floating_point() else None
 
 
-#: Rows at least this long select through chunk maxima (see ``_candidates``).
-CHUNKED_MIN_ROW = 8192
+#: Rows shorter than this always go to torch.topk directly (tests set it to 1: every row that
+#: can be split is, whatever the cost model says).
+CHUNKED_MIN_ROW = 256
+
+# A cost model of the CPU kernels, in ns per row (fitted to timings with many rows; only the
+# ratios matter).  torch.topk copies the row into (value, index) pairs, then selects by a heap
+# when 64 * k <= n (cheap per element: most are rejected by one comparison with the heap's top,
+# about k * log(n / k) are pushed), else by nth_element (several passes).
+_TOPK_ROW, _TOPK_SCAN, _TOPK_PUSH, _TOPK_SELECT = 100.0, 1.3, 40.0, 6.0
+# the strided chunk-max pass (vectorized), and building + gathering one candidate
+_CHUNK_PASS, _CANDIDATE = 0.15, 2.3
+# fixed cost of the chunked path's extra ops per call (ns), spread over the rows
+_CHUNK_CALL = 60000.0
 
 
-def _candidates(xw: torch.Tensor, k: int, largest: bool):
-    """The k best values of each row (last dim), sorted (ties in any order), and their indices.
+def _topk_cost(n: int, kk: int) -> float:
+    if 64 * kk <= n:
+        return _TOPK_ROW + _TOPK_SCAN * n + _TOPK_PUSH * kk * math.log(n / kk)
+    return _TOPK_ROW + _TOPK_SELECT * n
 
-    Long rows are cut into chunks of c elements; one vectorized pass takes every chunk's max
-    (min), torch.topk picks the k chunks with the best maxima, and a second topk runs over just
-    those k*c elements (plus the tail).  That set holds the top-k multiset: every element above
-    the k-th best chunk max lies in a chosen chunk, and each chosen chunk whose max equals it
-    contributes one such value.  It turns a per-row selection over n (one thread per row) into a
-    parallel streaming pass and a small selection.
+
+@functools.lru_cache(maxsize=None)
+def _chunk_plan(n: int, kk: int, rows: int, threads: int, min_row: int):
+    """(cost, c): the cheapest way to select kk of n per the cost model, c = 1 meaning one
+    torch.topk, else c strided chunks, themselves selected the cheapest way (recursively).
+
+    torch.topk runs one row per thread, the chunk-max pass over all threads: with fewer rows
+    than threads the row selections weigh more."""
+    direct = _topk_cost(n, kk) * max(1.0, threads / rows)
+    best = (direct, 1)
+    if n < max(min_row, 2):
+        return best
+    for lc in range(1, n.bit_length()):
+        c = 1 << lc
+        m = n // c
+        if m < kk:
+            break
+        sel = _chunk_plan(m, kk, rows, threads, min_row)[0]
+        cand = kk * c + n - m * c
+        cost = (_CHUNK_PASS * n + sel + _CHUNK_CALL / rows
+                + (_topk_cost(cand, kk) + _CANDIDATE * cand) * max(1.0, threads / rows))
+        if cost < best[0] or min_row == 1:
+            best = (cost, c)
+            if min_row == 1:              # forced (tests): the fewest chunks that split the row
+                break
+    return best
+
+
+def _candidates(xw: torch.Tensor, kk: int, largest: bool, sort: bool = True):
+    """The kk best values of each row (last dim), sorted if ``sort`` (ties in any order), and
+    their indices.
+
+    A row's head is viewed as c strided chunks, chunk j = {j, j + m, j + 2m, ...}: the chunk
+    maxima (minima) are the elementwise max of c contiguous vectors of length m, one vectorized
+    streaming pass.  The kk chunks with the best maxima are selected (the same way, recursively,
+    or by torch.topk), and torch.topk runs over just those kk*c elements (plus the tail).  That
+    set holds the top-kk multiset: every element strictly better than the kk-th best chunk max
+    M lies in a chosen chunk, and each of the kk chosen chunks holds a distinct element at least
+    as good as M, so the row's kk-th best value is at least M.  It trades torch.topk's per-row
+    selection over n (a copy into (value, index) pairs and an nth_element or a heap) for one
+    vectorized pass and selections over about 2*sqrt(n*kk) elements; ``_chunk_plan`` decides.
     """
     n = xw.shape[-1]
-    rows = xw.numel() // n
-    c = max(8, int(math.sqrt(n / k)))
-    m = n // c
-    # Worth it for long rows, or when there are too few rows to keep every thread busy.
-    if m >= 4 * k and (n >= CHUNKED_MIN_ROW or rows < torch.get_num_threads()):
-        head = xw[..., : m * c].unflatten(-1, (m, c))          # a view, whatever the strides
-        best = head.amax(-1) if largest else head.amin(-1)    # [..., m]
+    rows = 1 << ((xw.numel() // n).bit_length() - 1)          # a power of two: a small cache
+    c = _chunk_plan(n, kk, rows, torch.get_num_threads(), CHUNKED_MIN_ROW)[1]
+    if c > 1:
+        m = n // c
+        head = xw[..., : m * c].unflatten(-1, (c, m))          # a view, whatever the strides
+        best = head.amax(-2) if largest else head.amin(-2)    # [..., m]
         # amin propagates NaN, which sorts greatest: a NaN chunk would crowd out a real one
         if largest or not best.is_floating_point() or not bool(torch.isnan(best).any()):
-            _, cid = torch.topk(best, k, dim=-1, largest=largest, sorted=False)
-            cidx = (cid.unsqueeze(-1) * c + torch.arange(c, device=xw.device)).flatten(-2)
+            cid = _candidates(best, kk, largest, sort=False)[1]
+            cidx = (cid.unsqueeze(-1) + torch.arange(0, m * c, m, device=xw.device)).flatten(-2)
             if m * c < n:
                 tail = torch.arange(m * c, n, device=xw.device).expand(xw.shape[:-1] + (n - m * c,))
                 cidx = torch.cat([cidx, tail], dim=-1)
-            v, p = torch.topk(xw.gather(-1, cidx), k, dim=-1, largest=largest, sorted=True)
+            v, p = torch.topk(xw.gather(-1, cidx), kk, dim=-1, largest=largest, sorted=sort)
             return v, cidx.gather(-1, p)
-    return torch.topk(xw, k, dim=-1, largest=largest, sorted=True)
+    return torch.topk(xw, kk, dim=-1, largest=largest, sorted=sort)
+
+
+#: Rows at least this long take the best element through strided chunk maxima (``_top1``).
+TOP1_MIN_ROW = 512
+
+
+def _top1_direct(xw: torch.Tensor, largest: bool):
+    """k = 1 by torch.max / torch.min, which return the first index among equal extremes
+    (documented), max ranking NaN greatest like torch.sort; min would return NaN, so rows with
+    one go through the general path."""
+    vals, idx = (xw.max(-1, keepdim=True) if largest else xw.min(-1, keepdim=True))
+    if largest or not xw.is_floating_point():
+        return vals, idx
+    nan = torch.isnan(vals).squeeze(-1)
+    if bool(nan.any()):
+        vals[nan], idx[nan] = _stable_topk(xw[nan], 1, largest)
+    return vals, idx
+
+
+def _top1(xw: torch.Tensor, largest: bool):
+    """k = 1: the best value of each row and its first index.
+
+    torch.max with indices is a slow per-row loop; the plain max reduction is vectorized.  The
+    head is viewed as c strided chunks as in ``_candidates``; the first best chunk maximum (over
+    m values) names the chunk j, and the first best element of that chunk (c values) the index.
+    That is the row's first best element unless the best value is also in another chunk (it
+    could come earlier there), in the tail, or is NaN: those rows are redone by
+    ``_top1_direct``.
+    """
+    n = xw.shape[-1]
+    c = 1 << max(0, round(math.log2(math.sqrt(n))))
+    m = n // c
+    if n < TOP1_MIN_ROW or c < 2:
+        return _top1_direct(xw, largest)
+    head = xw[..., : m * c].unflatten(-1, (c, m))
+    best = head.amax(-2) if largest else head.amin(-2)        # [..., m]
+    v, j = best.max(-1, keepdim=True) if largest else best.min(-1, keepdim=True)
+    cand = xw.gather(-1, j + torch.arange(0, m * c, m, device=xw.device))     # chunk j: [..., c]
+    i = (cand == v).to(torch.uint8).argmax(-1, keepdim=True)    # the first of them
+    idx = j + i * m
+    odd = (best == v).sum(-1, keepdim=True, dtype=torch.int32) != 1    # NaN: 0
+    if m * c < n:
+        tail = xw[..., m * c:]
+        tb = tail.amax(-1, keepdim=True) if largest else tail.amin(-1, keepdim=True)
+        odd |= ~(tb < v) if largest else ~(tb > v)            # at least as good, or NaN
+    odd = odd.squeeze(-1)
+    if bool(odd.any()):
+        if bool(odd.all()):
+            return _top1_direct(xw, largest)
+        v[odd], idx[odd] = _top1_direct(xw[odd], largest)
+    return v, idx
 
 
 def _ties(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -414,7 +513,7 @@ def _order_ties(vals: torch.Tensor, idx: torch.Tensor, largest: bool):
         return vals, idx
     if bool(rows.all()):
         return _lexsort(vals, idx, largest)
-    vals, idx = vals.clone(), idx.clone()
+    # in place: the callers pass their own temporaries (a copy of [rows, k] is not free)
     vals[rows], idx[rows] = _lexsort(vals[rows], idx[rows], largest)
     return vals, idx
 
@@ -469,23 +568,29 @@ def _nth_true(mask: torch.Tensor, nth: torch.Tensor) -> torch.Tensor:
 
 def stable_topk_lastdim(xw: torch.Tensor, k: int, largest: bool):
     """The k best of each row (last dim) in DirectML's order: by value (NaN greatest, -0.0 ==
-    +0.0), ties by lower index, the k-th boundary's ties resolved to the lowest indices.
+    +0.0), ties by lower index, the k-th boundary's ties resolved to the lowest indices."""
+    if k == 1:
+        return _top1(xw, largest)
+    return _stable_topk(xw, k, largest)
 
-    One torch.topk of k+1 gives the right multiset of values, and says which rows have a tie
+
+def _stable_topk(xw: torch.Tensor, k: int, largest: bool):
+    """``stable_topk_lastdim`` for any k.
+
+    One selection of k+1 gives the right multiset of values, and says which rows have a tie
     across the k-th boundary (the (k+1)-th value equals the k-th).  Rows without one only need
     the order of ties inside the k fixed (two stable sorts of k elements); rows with one choose
     their boundary ties by a prefix count (``_boundary_fix``).  Never a full sort, unless k is
     the row length.
     """
     n = xw.shape[-1]
-    if k == 1 and (n < CHUNKED_MIN_ROW or xw.numel() // n >= torch.get_num_threads()):
-        # torch.max / torch.min return the first index among equal extremes (documented), and
-        # max ranks NaN greatest like torch.sort; min would return NaN, so rows with one retry.
-        vals, idx = (xw.max(-1, keepdim=True) if largest else xw.min(-1, keepdim=True))
-        if largest or not xw.is_floating_point() or not bool(torch.isnan(vals).any()):
-            return vals, idx
     kk = min(k + 1, n)
     vals, idx = _candidates(xw, kk, largest)
+    # The common case in one comparison: every row strictly ordered (no tie inside the k, none
+    # across the boundary).  NaN fails both comparisons, so rows with one take the long way.
+    strict = vals[..., :-1] > vals[..., 1:] if largest else vals[..., :-1] < vals[..., 1:]
+    if bool(strict.all()):
+        return vals[..., :k], idx[..., :k]
     if kk > k:
         cross = _ties(vals[..., k], vals[..., k - 1])         # [rows...]
         vals, idx = vals[..., :k], idx[..., :k]
@@ -494,7 +599,6 @@ def stable_topk_lastdim(xw: torch.Tensor, k: int, largest: bool):
                 idx = _boundary_ties(xw.reshape(-1, n), vals.reshape(-1, k), idx.reshape(-1, k),
                                      k, largest).view(idx.shape)
             else:
-                idx = idx.clone()
                 idx[cross] = _boundary_ties(xw[cross], vals[cross], idx[cross], k, largest)
             return _lexsort(xw.gather(-1, idx), idx, largest)
     return _order_ties(vals, idx, largest)
