@@ -1,10 +1,12 @@
 """The built wheel holds exactly one top-level package, with the kernels mapped under it."""
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,3 +41,41 @@ def test_installed_package_resolves_kernels_inside_it():
     # editable install: the repo folder; regular install: site-packages/torch_dml_ops/triton_kernels
     assert here == ROOT / "triton_kernels" or here.parts[-2:] == ("torch_dml_ops", "triton_kernels")
     assert tk.__name__ == "torch_dml_ops.triton_kernels"
+
+
+_HAS_CC = any(shutil.which(c) for c in ("cc", "gcc", "clang"))
+
+
+@pytest.mark.skipif(not _HAS_CC, reason="no C compiler: the native CPU kernels are optional")
+def test_wheel_carries_the_native_cpu_kernels(wheel):
+    names = wheel.namelist()
+    assert any(n.startswith("torch_dml_ops/_cpu_kernels") and n.endswith(".so") for n in names)
+
+
+@pytest.mark.skipif(not _HAS_CC, reason="no C compiler: the native CPU kernels are optional")
+def test_native_cpu_kernels_are_built_and_chosen_on_cpu(monkeypatch):
+    """With a compiler present, `pip install -e .` built the extension, and `auto` picks it for
+    CPU tensors; the other modes keep their meaning."""
+    from torch_dml_ops import _backend, _native
+    assert _native.available(), _native.import_error()
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "auto")
+    assert _backend.use_native(cpu) and not _backend.use_triton(cpu)
+    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "torch")
+    assert not _backend.use_native(cpu)
+    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "native")
+    assert _backend.use_native(cpu) and not _backend.use_native(torch.device("meta"))
+    assert ("native", "cpu", "native C kernels") in _backend.available_backends()
+
+
+def test_without_native_kernels_auto_falls_back_and_native_mode_says_why(monkeypatch):
+    from torch_dml_ops import _backend, _native
+    monkeypatch.setattr(_native, "_load", lambda: (None, "the native extension is not built (x)"))
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "auto")
+    assert not _backend.use_native(cpu)
+    assert all(name != "native" for name, _, _ in _backend.available_backends())
+    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "native")
+    with pytest.raises(RuntimeError, match="TORCH_DML_OPS_BACKEND=native but the native "
+                                           "extension is not built"):
+        _backend.use_native(cpu)

@@ -113,6 +113,9 @@ def main() -> int:
     err = _backend.triton_import_error()
     print(f"triton {tv}: {'kernels import' if not err else 'unavailable (' + err + ')'}"
           f" | CUDA: {torch.cuda.is_available()} | TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')}")
+    from torch_dml_ops import _native
+    nerr = _native.import_error()
+    print(f"native CPU kernels: {'built' if not nerr else 'unavailable (' + nerr + ')'}")
     backends = _backend.available_backends()
     print("\nBackends available here:")
     for name, device, why in backends:

@@ -1,9 +1,13 @@
 """Which implementation runs a call: the portable torch path or the Triton kernel.
 
 ``TORCH_DML_OPS_BACKEND`` (read at every call, by the real kernel, never by traced code):
-  ``auto`` (default)  Triton for CUDA tensors when triton imports, the portable path otherwise;
+  ``auto`` (default)  Triton for CUDA tensors when triton imports; the native C kernels for CPU
+                      tensors when they are built; the portable path otherwise (and for the few
+                      calls a native kernel does not cover: it says which);
   ``torch``           always the portable path;
-  ``triton``          always the Triton kernel; CPU tensors need ``TRITON_INTERPRET=1``.
+  ``triton``          always the Triton kernel; CPU tensors need ``TRITON_INTERPRET=1``;
+  ``native``          the native C kernels for every CPU call they cover (an error when they are
+                      not built); the portable path for CUDA tensors and uncovered calls.
 """
 from __future__ import annotations
 
@@ -12,7 +16,9 @@ import os
 
 import torch
 
-BACKENDS = ("auto", "torch", "triton")
+from . import _native
+
+BACKENDS = ("auto", "torch", "triton", "native")
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,9 +72,27 @@ def use_triton(device: torch.device) -> bool:
     return True
 
 
+def use_native(device: torch.device) -> bool:
+    """Whether a CPU call should try the native C kernels (the op's wrapper may still fall back to
+    the portable path for a layout or dtype the kernel does not cover).  Never under the forced
+    ``triton`` or ``torch`` modes."""
+    if device.type != "cpu":
+        return False
+    mode = requested_backend()
+    if mode == "auto":
+        return _native.available()
+    if mode == "native":
+        if not _native.available():
+            raise RuntimeError(f"TORCH_DML_OPS_BACKEND=native but {_native.import_error()}")
+        return True
+    return False
+
+
 def available_backends() -> list:
     """(name, device, why) for every backend that can run here, for the demo and the benchmarks."""
     rows = [("torch", "cpu", "portable path")]
+    if _native.available():
+        rows.append(("native", "cpu", "native C kernels"))
     if torch.cuda.is_available():
         rows.append(("torch", "cuda", "portable path"))
         if triton_available():
