@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from torch_dml_ops import bench
+from torch_dml_ops import _native, bench
 from torch_dml_ops.bench import cases, core, peers, report
 from torch_dml_ops.bench.core import TIE_ORDER, Case, Provider, Settings
 
@@ -103,6 +103,11 @@ def test_main_end_to_end(tmp_path, capsys):
     assert {r["op"] for r in ours} == {"gather_nd", "scatter_nd"}
     assert all(r["median_s"] > 0 and r["error"] == "" for r in ours)
     assert "## Every provider" in md.read_text()
+    if _native.available():
+        # on the CPU, ours runs once per backend: the native kernels (first) and the portable path
+        names = {r["provider"] for r in ours}
+        assert {"tdo.gather_nd", "tdo.gather_nd [portable]", "tdo.scatter_nd",
+                "tdo.scatter_nd [portable]"} <= names
 
 
 def test_main_rejects_bad_arguments(capsys):
@@ -133,6 +138,8 @@ def test_summary_and_scoreboard():
     rows[5].median_s = rows[3].median_s / 1.03   # onnxruntime 3% faster on the second
     text = report.summary_table(rows)
     assert "| gather_nd | element 1024 |" in text and "behind torch take" in text
+    # no portable variant in these rows: its column shows a dash
+    assert "| gather_nd | element 1024 | 10.2 µs | - |" in text
     board = report.scoreboard(rows)
     assert board == ["gather_nd: large cases first 0, tied 1, behind 1: element 1024 "
                      "(2.00x torch take)"]

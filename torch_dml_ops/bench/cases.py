@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 
 import torch_dml_ops as tdo
+from torch_dml_ops import _native
 
 from .core import TIE_ORDER, Case, Inputs, Provider
 
@@ -57,25 +58,33 @@ def _rows(t: torch.Tensor, d: Inputs) -> torch.Tensor:
     return t.view(-1, d["slice_len"])
 
 
+def _with_backend(fn: Callable[[Inputs], object], backend: str) -> Callable[[Inputs], object]:
+    """``fn`` run under ``TORCH_DML_OPS_BACKEND=backend`` (read by the op at every call)."""
+    def run(d):
+        old = os.environ.get("TORCH_DML_OPS_BACKEND")
+        os.environ["TORCH_DML_OPS_BACKEND"] = backend
+        try:
+            return fn(d)
+        finally:
+            if old is None:
+                del os.environ["TORCH_DML_OPS_BACKEND"]
+            else:
+                os.environ["TORCH_DML_OPS_BACKEND"] = old
+    return run
+
+
 def _backend_variants(device: str, name: str, fn: Callable[[Inputs], object]) -> List[Provider]:
-    """Our provider; on a GPU, one per backend (the Triton kernel and the portable path)."""
+    """Our providers, one per backend that runs on ``device``: on the CPU the native C kernels
+    (what ``auto`` picks there, so listed first and named plainly) and the portable torch path;
+    on a GPU the Triton kernel and the portable path.  The first one is "ours" in the tables."""
     if device == "cpu":
-        return [Provider(name, fn, kind="ours", library="torch_dml_ops")]
-    out = []
-    for backend in ("triton", "torch"):
-        def run(d, fn=fn, backend=backend):
-            old = os.environ.get("TORCH_DML_OPS_BACKEND")
-            os.environ["TORCH_DML_OPS_BACKEND"] = backend
-            try:
-                return fn(d)
-            finally:
-                if old is None:
-                    del os.environ["TORCH_DML_OPS_BACKEND"]
-                else:
-                    os.environ["TORCH_DML_OPS_BACKEND"] = old
-        label = "triton" if backend == "triton" else "portable"
-        out.append(Provider(f"{name} [{label}]", run, kind="ours", library="torch_dml_ops"))
-    return out
+        if not _native.available():
+            return [Provider(name, fn, kind="ours", library="torch_dml_ops")]
+        variants = (("native", name), ("torch", f"{name} [portable]"))
+    else:
+        variants = (("triton", f"{name} [triton]"), ("torch", f"{name} [portable]"))
+    return [Provider(label, _with_backend(fn, backend), kind="ours", library="torch_dml_ops")
+            for backend, label in variants]
 
 
 PeerHook = Callable[[str, Dict[str, object]], List[Provider]]

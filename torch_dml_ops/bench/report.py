@@ -71,9 +71,9 @@ def recompute_ratios(rows: Sequence[Row]) -> None:
 
 
 def summary_table(rows: Sequence[Row]) -> str:
-    lines = ["| op | case | ours | best torch-native | onnxruntime | TensorFlow | JAX | "
-             "copy limit | ours ÷ best other | place |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| op | case | ours | ours, portable path | best torch-native | onnxruntime | "
+             "TensorFlow | JAX | copy limit | ours ÷ best other | place |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for (op, case), group in by_case(rows).items():
         v = verdict(group)
         ours = v["ours"]
@@ -83,8 +83,10 @@ def summary_table(rows: Sequence[Row]) -> str:
         peer = {lib: next((r for r in group if r.library == lib), None) for lib in PEER_COLUMNS}
         limit = group[0].limit_s
         ratio = "-" if v["ratio"] is None else f"{v['ratio']:.2f}"
+        portable = next((r for r in group if r.kind == "ours" and r is not ours
+                         and r.provider.endswith("[portable]")), None)
         lines.append(
-            f"| {op} | {case} | {_cell(ours)} | "
+            f"| {op} | {case} | {_cell(ours)} | {_cell(portable) if portable else '-'} | "
             f"{bt_s} | {' | '.join(_cell(peer[lib]) for lib in PEER_COLUMNS)} | {fmt_s(limit)} | "
             f"{ratio} | {v['place']} |")
     return "\n".join(lines)
@@ -157,7 +159,8 @@ def _provider_colors(rows: Sequence[Row]) -> Dict[str, str]:
         if r.provider in colors:
             continue
         if r.kind == "ours":
-            colors[r.provider] = "#1f3fb4" if "out=" in r.provider else "#1f77b4"
+            colors[r.provider] = ("#9ecae1" if r.provider.endswith("[portable]")
+                                  else "#1f3fb4" if "out=" in r.provider else "#1f77b4")
         elif r.library in _PEER_COLORS:
             colors[r.provider] = _PEER_COLORS[r.library]
         else:
@@ -190,7 +193,7 @@ def plot(path: str, rows: Sequence[Row], title: str) -> Optional[str]:
                          if r.provider == prov and r.timed)
             if not pts:
                 continue
-            ours = pts[0][2] == "ours"
+            ours = pts[0][2] == "ours" and not prov.endswith("[portable]")
             style = dict(color=colors[prov], lw=2.6 if ours else 1.2,
                          marker="o" if ours else "s" if pts[0][2] == "peer" else ".",
                          ms=4 if ours else 3, ls="--" if ours and "out=" in prov else "-")
