@@ -10,11 +10,14 @@ from reference import GATHER_ND_EXAMPLES, gather_nd_ref, to_bits
 gather_op = torch.ops.torch_dml_ops.gather_nd
 
 
-@pytest.fixture(params=["small", "large"])
+@pytest.fixture(params=["small", "large", "native"])
 def portable_path(request, monkeypatch):
-    """Run a test through both strategies of the portable path: the one-call advanced-indexing
+    """Run a test through the native kernels and both strategies of the portable path: the one-call advanced-indexing
     path for small problems, and reduction-checked linearize + index_select for large ones."""
     from torch_dml_ops import _fallback
+    # small/large: the portable path forced (the native kernels would take every CPU call);
+    # native: the same test through the native C kernels.
+    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "native" if request.param == "native" else "torch")
     if request.param == "large":
         monkeypatch.setattr(_fallback, "SMALL_TUPLES", -1)
     return request.param
@@ -440,7 +443,7 @@ def gather_problems(draw):
     dtype = draw(st.sampled_from(DATA_DTYPES))
     idx_dtype = draw(st.sampled_from(INDEX_DTYPES))
     seed = draw(st.integers(0, 2**16))
-    small = draw(st.sampled_from([2048, -1]))     # which strategy of the portable path
+    small = draw(st.sampled_from([2048, -1, "native"]))     # which portable strategy, or native
     return shape, b, k, prefix, dtype, idx_dtype, seed, small
 
 
@@ -448,11 +451,14 @@ def gather_problems(draw):
 def test_gather_nd_property_matches_oracle(problem):
     from torch_dml_ops import _fallback
     shape, b, k, prefix, dtype, idx_dtype, seed, small = problem
-    _fallback.SMALL_TUPLES, saved = small, _fallback.SMALL_TUPLES
+    import os
+    os.environ["TORCH_DML_OPS_BACKEND"] = "native" if small == "native" else "torch"
+    _fallback.SMALL_TUPLES, saved = (-1 if small == "native" else small), _fallback.SMALL_TUPLES
     try:
         _check_property(shape, b, k, prefix, dtype, idx_dtype, seed)
     finally:
         _fallback.SMALL_TUPLES = saved
+        os.environ.pop("TORCH_DML_OPS_BACKEND", None)
 
 
 def _check_property(shape, b, k, prefix, dtype, idx_dtype, seed):

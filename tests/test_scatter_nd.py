@@ -12,11 +12,14 @@ scatter_op = torch.ops.torch_dml_ops.scatter_nd
 REDUCTIONS = ["none", "add", "mul", "max", "min"]
 
 
-@pytest.fixture(params=["small", "large"])
+@pytest.fixture(params=["small", "large", "native"])
 def portable_path(request, monkeypatch):
-    """Both strategies of the portable path: one index_put_ for small scatters, and checked
+    """The native kernels and both strategies of the portable path: one index_put_ for small scatters, and checked
     linearize + claim/index_copy_/index_add_/scatter_reduce_ for large ones."""
     from torch_dml_ops import _fallback
+    # small/large: the portable path forced (the native kernels would take every CPU call);
+    # native: the same test through the native C kernels.
+    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "native" if request.param == "native" else "torch")
     if request.param == "large":
         monkeypatch.setattr(_fallback, "SMALL_SCATTER", -1)
     return request.param
@@ -415,7 +418,7 @@ def scatter_problems(draw):
     idx_dtype = draw(st.sampled_from(INDEX_DTYPES))
     reduction = draw(st.sampled_from(REDUCTIONS))
     seed = draw(st.integers(0, 2**16))
-    small = draw(st.sampled_from([16384, -1]))       # which strategy of the portable path
+    small = draw(st.sampled_from([16384, -1, "native"]))       # which portable strategy, or native
     return shape, k, n, dtype, idx_dtype, reduction, seed, small
 
 
@@ -423,11 +426,14 @@ def scatter_problems(draw):
 def test_scatter_nd_property_matches_oracle(problem):
     from torch_dml_ops import _fallback
     *problem, small = problem
-    _fallback.SMALL_SCATTER, saved = small, _fallback.SMALL_SCATTER
+    import os
+    os.environ["TORCH_DML_OPS_BACKEND"] = "native" if small == "native" else "torch"
+    _fallback.SMALL_SCATTER, saved = (-1 if small == "native" else small), _fallback.SMALL_SCATTER
     try:
         _check_scatter_property(*problem)
     finally:
         _fallback.SMALL_SCATTER = saved
+        os.environ.pop("TORCH_DML_OPS_BACKEND", None)
 
 
 def _check_scatter_property(shape, k, n, dtype, idx_dtype, reduction, seed):

@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from . import _backend
+from . import _backend, _native_gather_scatter
 from ._fallback import (check_and_wrap_plan, gather_nd_torch, index_matrix,
                         linear_rows)
 from ._forms import GatherLayout, gather_layout
@@ -47,10 +47,20 @@ def _gather_into(out: Optional[torch.Tensor], input: torch.Tensor, indices: torc
     """Run the chosen backend; writes into ``out`` (the caller's ``out=``) or a new tensor.
 
     On failure nothing the caller owns is modified: the portable path checks before it writes;
+    the native kernel checks a caller's ``out=`` in a check-only pass before it copies;
     the Triton path writes a fresh output in the same pass as the check, but checks a caller's
     ``out=`` in a separate pre-pass (it reads only the indices).
     """
-    if not _backend.use_triton(input.device):
+    # use_native first: it is True only for CPU calls under auto/native, and an uncovered call
+    # then goes to the portable path (never to Triton's CPU interpreter).
+    native = _backend.use_native(input.device)
+    if native:
+        res = _native_gather_scatter.gather_nd_native(input, indices, lay, out)
+        if res is not None:
+            if out is not None and not out.is_inference():
+                torch.autograd.graph.increment_version(out)   # written through a pointer
+            return res
+    if native or not _backend.use_triton(input.device):
         return gather_nd_torch(input, indices, lay, check, out)
     from . import triton_kernels
     nat_input = input.reshape(lay.natural_input_shape)
