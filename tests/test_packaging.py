@@ -65,6 +65,8 @@ def test_native_cpu_kernels_are_built_and_chosen_on_cpu(monkeypatch):
     assert not _backend.use_native(cpu)
     monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "native")
     assert _backend.use_native(cpu) and not _backend.use_native(torch.device("meta"))
+    # never the Triton kernel under native, even where TRITON_INTERPRET=1 would allow it on CPU
+    assert not _backend.use_triton(cpu) and not _backend.use_triton(torch.device("cuda"))
     assert ("native", "cpu", "native C kernels") in _backend.available_backends()
 
 

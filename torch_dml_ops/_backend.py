@@ -56,8 +56,8 @@ def use_triton(device: torch.device) -> bool:
     mode = requested_backend()
     if mode == "auto":
         return device.type == "cuda" and triton_available()
-    if mode == "torch":
-        return False
+    if mode in ("torch", "native"):
+        return False      # native: the C kernels for CPU calls, the portable path elsewhere
     # mode == "triton": forced
     if not triton_available():
         raise RuntimeError(
