@@ -21,12 +21,19 @@ def check(x, k, axis=-1, direction="decreasing", index_dtype=torch.int64):
     return res
 
 
-@pytest.fixture(params=["direct", "chunked", "short_tie_prefix"])
+@pytest.fixture(params=["direct", "chunked", "short_tie_prefix", "native"])
 def portable_path(request, monkeypatch):
-    """The portable strategies: one torch.topk, or selection through (recursive, strided) chunk
-    maxima, and k = 1 through strided chunk maxima; boundary ties found in a row prefix, or
-    (short prefix) through the whole-row count."""
-    from torch_dml_ops import _fallback
+    """The portable strategies (forced: native is the CPU default where built): one torch.topk,
+    or selection through (recursive, strided) chunk maxima, and k = 1 through strided chunk
+    maxima; boundary ties found in a row prefix, or (short prefix) through the whole-row count.
+    And the native CPU kernel (tests/test_native_topk.py covers it further)."""
+    from torch_dml_ops import _fallback, _native
+    if request.param == "native":
+        if not _native.available():
+            pytest.skip(f"native kernels not built ({_native.import_error()})")
+        monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "native")
+        return request.param
+    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "torch")
     if request.param == "chunked":
         monkeypatch.setattr(_fallback, "CHUNKED_MIN_ROW", 1)
         monkeypatch.setattr(_fallback, "TOP1_MIN_ROW", 2)
@@ -119,6 +126,7 @@ def test_top_k1_strided_chunks(direction, forced, monkeypatch):
     first-best), or every level split (forced): ties at the boundary, in several chunks and in
     the tail, NaN, -0.0 / +0.0, integer types torch.topk refuses, non-contiguous rows."""
     from torch_dml_ops import _fallback
+    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "torch")
     if forced:
         monkeypatch.setattr(_fallback, "CHUNKED_MIN_ROW", 1)
         monkeypatch.setattr(_fallback, "TOP1_MIN_ROW", 2)
@@ -297,6 +305,8 @@ def test_top_k1_property_matches_oracle(problem):
     _fallback.CHUNKED_MIN_ROW = 1 if chunked else 1 << 62
     _fallback.TIE_PREFIX, _fallback.TIE_PREFIX_PER_K = prefix, (32 if prefix > 2 else 1)
     try:
-        check(x, k, axis, direction)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TORCH_DML_OPS_BACKEND", "torch")     # the portable strategies
+            check(x, k, axis, direction)
     finally:
         _fallback.CHUNKED_MIN_ROW, _fallback.TIE_PREFIX, _fallback.TIE_PREFIX_PER_K = saved

@@ -11,6 +11,7 @@ Layers, as for gather_nd:
   ``_top_k1_backward``           grad_input = zeros with the values' gradient scattered back
   ``top_k1_torch``               portable path (``_fallback.py``)
   ``top_k1_triton``              Triton launcher (``triton_kernels/top_k1.py``)
+  ``top_k1_native``              native CPU kernel (``_native_topk.py``, ``csrc/topk.c``)
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import NamedTuple, Union
 
 import torch
 
-from . import _backend
+from . import _backend, _native_topk
 from ._fallback import top_k1_torch
 from ._library import lib
 from ._validation import _state, check_top_k1
@@ -54,6 +55,8 @@ def _top_k1_impl(input, k, axis=-1, direction="decreasing", index_dtype=torch.in
         from . import triton_kernels as tk
         if tk.top_k1_triton_supports(input.dtype, k):
             return tk.top_k1_triton(input, k, ax, largest, index_dtype)
+    elif _backend.use_native(input.device) and _native_topk.supports(input, k, ax):
+        return _native_topk.top_k1_native(input, k, ax, largest, index_dtype)
     return top_k1_torch(input, k, ax, largest, index_dtype)
 
 
@@ -83,7 +86,7 @@ def _top_k1_backward(ctx, grad_values, grad_indices):
     return grad_input, None, None, None, None, None
 
 
-# One kernel for every device; it picks Triton or the portable path per call.
+# One kernel for every device; it picks Triton, the native CPU kernel or the portable path.
 lib.impl("top_k1", _top_k1_impl, "CompositeExplicitAutograd")
 # Shapes without data: FakeTensor, meta, torch.compile, torch.export.
 torch.library.register_fake("torch_dml_ops::top_k1", _top_k1_fake, lib=lib)
