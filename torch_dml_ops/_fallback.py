@@ -27,6 +27,19 @@ def as_movable(t: torch.Tensor) -> torch.Tensor:
     return t if alias is None else t.view(alias)
 
 
+# Floats moved as same-width integers where the exact bits must survive: torch's CPU gather of
+# float16/bfloat16 goes through float32 and quiets signalling NaNs (0x7C01 -> 0x7E01) or rewrites
+# bfloat16 NaNs (0x7F81 -> 0xFFFF).
+_BITS_AS = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+            torch.float64: torch.int64}
+
+
+def as_bits(t: torch.Tensor) -> torch.Tensor:
+    """``t`` viewed as a same-width integer type (floats and unsigned types), for pure moves."""
+    alias = _BITS_AS.get(t.dtype) or _MOVE_AS.get(t.dtype)
+    return t if alias is None else t.view(alias)
+
+
 def index_matrix(indices: torch.Tensor, n_tuples: int, k: int, small: bool) -> torch.Tensor:
     """Indices as a ``[n_tuples, k]`` signed tensor that index kernels accept.
 
@@ -656,6 +669,6 @@ def top_k1_torch(input: torch.Tensor, k: int, axis: int, largest: bool,
     else:
         _, idx = stable_topk_lastdim(xw, k, largest)
         # values straight from the input: exact bits (torch.topk may canonicalize NaNs)
-        vals = as_movable(xm).gather(-1, idx).view(input.dtype)
+        vals = as_bits(xm).gather(-1, idx).view(input.dtype)
         idx = idx.to(index_dtype)
     return (vals.movedim(-1, axis).contiguous(), idx.movedim(-1, axis).contiguous())
