@@ -53,7 +53,7 @@ def _gather_into(out: Optional[torch.Tensor], input: torch.Tensor, indices: torc
     """
     # use_native first: it is True only for CPU calls under auto/native, and an uncovered call
     # then goes to the portable path (never to Triton's CPU interpreter).
-    native = _backend.use_native(input.device)
+    native = _backend.use_native(input)
     if native:
         res = _native_gather_scatter.gather_nd_native(input, indices, lay, out)
         if res is not None:

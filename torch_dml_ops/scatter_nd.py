@@ -48,7 +48,7 @@ def _scatter_into(dst: torch.Tensor, source: Optional[torch.Tensor], indices: to
     a failing call writes nothing."""
     # use_native first: it is True only for CPU calls under auto/native, and an uncovered call
     # then goes to the portable path (never to Triton's CPU interpreter).
-    native = _backend.use_native(dst.device)
+    native = _backend.use_native(dst)
     if native:
         if _native_gather_scatter.scatter_nd_native(dst, source, indices, updates, lay,
                                                     reduction):
@@ -84,7 +84,7 @@ def _scatter_nd_impl(input, indices, updates, reduction="none", input_dimension_
                      indices_dimension_count=None, feature_level="permissive", check_indices=True):
     lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                            indices_dimension_count, feature_level)
-    if (_backend.use_native(input.device)
+    if (_backend.use_native(input)
             and _native_gather_scatter.scatter_covers(input.dtype, reduction)):
         # The native kernel copies the input into the fresh output itself (each thread the rows
         # it then scatters into), after the index check.

@@ -55,7 +55,7 @@ def _top_k1_impl(input, k, axis=-1, direction="decreasing", index_dtype=torch.in
         from . import triton_kernels as tk
         if tk.top_k1_triton_supports(input.dtype, k):
             return tk.top_k1_triton(input, k, ax, largest, index_dtype)
-    elif _backend.use_native(input.device) and _native_topk.supports(input, k, ax):
+    elif _backend.use_native(input) and _native_topk.supports(input, k, ax):
         return _native_topk.top_k1_native(input, k, ax, largest, index_dtype)
     return top_k1_torch(input, k, ax, largest, index_dtype)
 
