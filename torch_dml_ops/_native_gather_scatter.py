@@ -188,10 +188,15 @@ def scatter_nd_native(dst: torch.Tensor, source: Optional[torch.Tensor], indices
     parts = max(1, min(nthreads, work_units // GRAIN))
     if lay.rows * row_bytes == 0:
         init, parts = None, 0          # check only (nothing to write); the copy below
+    # Element overwrites outside deterministic mode: tuples split among threads (any one
+    # duplicate may win, as on the portable path); otherwise destination rows are partitioned
+    # (the last duplicate wins, rows never mix).
+    split = int(reduction == "none" and slice_len == 1 and row_bytes in (1, 2, 4, 8)
+                and not torch.are_deterministic_algorithms_enabled())
     args = [work.data_ptr(), 0 if init is None else init.data_ptr(), upd.data_ptr(),
             idx.data_ptr(), _native.INDEX_CODES[idx.dtype], n, lay.k, lay.rows, row_bytes,
             slice_len, _DATA_CODES.get(dst.dtype, 0), _RED_CODES[reduction], parts, nthreads,
-            max(1, GRAIN // 2)] + _dims(lay.index_sizes)
+            max(1, GRAIN // 2), split] + _dims(lay.index_sizes)
     bad = _call(_fns()[1], args)
     if bad == -1:
         raise MemoryError(f"scatter_nd: cannot allocate {8 * n} bytes of row numbers")

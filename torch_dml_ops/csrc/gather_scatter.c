@@ -371,24 +371,75 @@ static void scatter_apply(const int64_t *a) {
     tdo_parallel_for(c.parts, c.parts, 1, apply_task, &c);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* scatter_nd: element overwrite split by tuples                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Outside deterministic mode an element scatter ("none", one element per tuple) may keep any one
+ * duplicate (a single element cannot mix), so its tuples are split among threads like torch's
+ * index_copy_: every thread writes only its own tuples, and no thread tests (and mispredicts)
+ * whether a random row is in its partition, which costs more than the write itself. */
+typedef struct {
+    char *dst;
+    const char *init, *upd;
+    const int64_t *rows;
+    int64_t n_bytes, row_bytes;
+} split_ctx;
+
+static void copy_init_task(void *ctx, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const split_ctx *c = (const split_ctx *)ctx;
+    memcpy(c->dst + begin, c->init + begin, (size_t)(end - begin));
+}
+
+TDO_INLINE void split_range(const split_ctx *c, int64_t begin, int64_t end, const int64_t rb) {
+    const int64_t *rows = c->rows;
+    for (int64_t t = begin; t < end; t++) {
+        if (t + TDO_BLOCK < end) __builtin_prefetch(c->dst + rows[t + TDO_BLOCK] * rb, 1);
+        copy_row(c->dst + rows[t] * rb, c->upd + t * rb, rb);
+    }
+}
+
+static void split_task(void *ctx, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const split_ctx *c = (const split_ctx *)ctx;
+    switch (c->row_bytes) {
+    case 1: split_range(c, begin, end, 1); break;
+    case 2: split_range(c, begin, end, 2); break;
+    case 4: split_range(c, begin, end, 4); break;
+    default: split_range(c, begin, end, 8); break;
+    }
+}
+
 /* Both passes in one call (small scatters pay one ctypes call):
  *   a = [dst, init, upd, idx, idx_dtype, n, k, n_rows, row_bytes, slice_len, dtype, red, parts,
- *        nthreads, grain, k sizes..., k strides...]
+ *        nthreads, grain, split, k sizes..., k strides...]
  * Checks every index first and writes nothing when one is bad (returns its flat position);
- * TDO_NO_ERROR after a complete scatter; -1 when the row buffer cannot be allocated. */
+ * TDO_NO_ERROR after a complete scatter; -1 when the row buffer cannot be allocated.
+ * split = 1 (the caller allows it only for red = R_NONE and row_bytes in {1, 2, 4, 8}, outside
+ * deterministic mode): the init copy, then the tuples split among nthreads threads. */
 TDO_EXPORT int64_t tdo_scatter_nd(const int64_t *a) {
     const int64_t n = a[5];
     const int k = (int)a[6];
     if (n <= 0) return TDO_NO_ERROR;
     int64_t *rows = (int64_t *)malloc((size_t)n * sizeof(int64_t));
     if (!rows) return -1;
-    rows_ctx rc = {(const void *)(intptr_t)a[3], (int)a[4], k, a + 15, a + 15 + k, rows,
+    rows_ctx rc = {(const void *)(intptr_t)a[3], (int)a[4], k, a + 16, a + 16 + k, rows,
                    TDO_NO_ERROR};
     tdo_parallel_for(n, (int)a[13], a[14], rows_task, &rc);
     if (rc.first_bad == TDO_NO_ERROR) {
-        int64_t ap[11] = {a[0], a[1], a[2], (int64_t)(intptr_t)rows, n, a[7], a[8], a[9],
-                          a[10], a[11], a[12]};
-        scatter_apply(ap);
+        const int64_t rb = a[8];
+        if (a[15] && a[11] == R_NONE && (rb == 1 || rb == 2 || rb == 4 || rb == 8)) {
+            split_ctx sc = {(char *)(intptr_t)a[0], (const char *)(intptr_t)a[1],
+                            (const char *)(intptr_t)a[2], rows, a[7] * rb, rb};
+            if (sc.init && sc.n_bytes > 0)
+                tdo_parallel_for(sc.n_bytes, (int)a[13], (int64_t)1 << 20, copy_init_task, &sc);
+            tdo_parallel_for(n, (int)a[13], a[14], split_task, &sc);
+        } else {
+            int64_t ap[11] = {a[0], a[1], a[2], (int64_t)(intptr_t)rows, n, a[7], a[8], a[9],
+                              a[10], a[11], a[12]};
+            scatter_apply(ap);
+        }
     }
     free(rows);
     return rc.first_bad;
