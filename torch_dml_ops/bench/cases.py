@@ -169,7 +169,7 @@ def gather_nd_cases(device: str = "cpu", peers: PeerHook = _no_peers,
         for name, shape, n, k, with_out, large in specs:
             ps = _gather_providers(device, with_out, element=len(shape) == k)
             if not with_out:
-                ps += peers("gather_nd", {"k": k})
+                ps += peers("gather_nd", {"k": k, "no_arena": large})
             cases.append(Case(
                 "gather_nd", name, gather_inputs(shape, n, k, device, with_out), ps,
                 reference=ps[0].name, ideal_bytes=_gather_ideal, large=large,
@@ -264,7 +264,7 @@ def scatter_nd_cases(device: str = "cpu", peers: PeerHook = _no_peers,
     ]
     for name, shape, n, k, large in (specs if named else []):
         make = scatter_inputs(shape, n, k, device)
-        ps = _scatter_functional(device) + peers("scatter_nd", {"k": k})
+        ps = _scatter_functional(device) + peers("scatter_nd", {"k": k, "no_arena": large})
         cases.append(Case("scatter_nd", name, make, ps, reference=ps[0].name,
                           ideal_bytes=_scatter_ideal, large=large))
         if name.startswith("small"):

@@ -64,7 +64,8 @@ class OnnxRuntime(Peer):
         self._threads = threads
         self._sessions: Dict[Tuple, object] = {}
 
-    def _session(self, key, node, inputs, outputs):
+    def _session(self, key, node, inputs, outputs, arena: bool = True):
+        key = key + (arena,)
         if key not in self._sessions:
             h = self._helper
             graph = h.make_graph([node], "bench", inputs, outputs)
@@ -78,6 +79,9 @@ class OnnxRuntime(Peer):
             # slows whatever runs next in the process by up to 1.8x (measured on top_k); without
             # spinning onnxruntime itself is ~4% slower here.  Off, so no provider is penalised.
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            # The arena (default) keeps freed buffers and hands them out again: an output of the
+            # same size is then never faulted in anew, which a torch op's fresh output is.
+            so.enable_cpu_mem_arena = arena
             self._sessions[key] = self._ort.InferenceSession(
                 model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         return self._sessions[key]
@@ -87,21 +91,31 @@ class OnnxRuntime(Peer):
 
     def providers(self, op, spec):
         h, T = self._helper, self._tp
-        if op == "gather_nd":
-            s = self._session(("gather",), h.make_node("GatherND", ["x", "i"], ["y"]),
-                              [self._vi("x", T.FLOAT), self._vi("i", T.INT64)],
-                              [self._vi("y", T.FLOAT)])
-            fn = lambda d: s.run(None, {"x": _np(d, "x"), "i": _np(d, "idx")})[0]  # noqa: E731
-            return [Provider("onnxruntime GatherND", fn, kind="peer", library=self.name,
-                             to_torch=_from_np)]
-        if op == "scatter_nd":
-            s = self._session(("scatter",), h.make_node("ScatterND", ["x", "i", "u"], ["y"]),
-                              [self._vi("x", T.FLOAT), self._vi("i", T.INT64),
-                               self._vi("u", T.FLOAT)], [self._vi("y", T.FLOAT)])
-            fn = lambda d: s.run(None, {"x": _np(d, "x"), "i": _np(d, "idx"),  # noqa: E731
-                                        "u": _np(d, "upd")})[0]
-            return [Provider("onnxruntime ScatterND", fn, kind="peer", library=self.name,
-                             to_torch=_from_np)]
+        if op in ("gather_nd", "scatter_nd"):
+            # spec["no_arena"]: also a session without the memory arena (outputs in fresh memory,
+            # like every torch op's), to show what the arena's reuse of output buffers is worth.
+            out = []
+            for arena in (True, False) if spec.get("no_arena") else (True,):
+                if op == "gather_nd":
+                    s = self._session(("gather",), h.make_node("GatherND", ["x", "i"], ["y"]),
+                                      [self._vi("x", T.FLOAT), self._vi("i", T.INT64)],
+                                      [self._vi("y", T.FLOAT)], arena)
+                    fn = (lambda d, s=s:  # noqa: E731
+                          s.run(None, {"x": _np(d, "x"), "i": _np(d, "idx")})[0])
+                    name = "onnxruntime GatherND"
+                else:
+                    s = self._session(("scatter",),
+                                      h.make_node("ScatterND", ["x", "i", "u"], ["y"]),
+                                      [self._vi("x", T.FLOAT), self._vi("i", T.INT64),
+                                       self._vi("u", T.FLOAT)], [self._vi("y", T.FLOAT)], arena)
+                    fn = (lambda d, s=s:  # noqa: E731
+                          s.run(None, {"x": _np(d, "x"), "i": _np(d, "idx"),
+                                       "u": _np(d, "upd")})[0])
+                    name = "onnxruntime ScatterND"
+                out.append(Provider(name if arena else f"{name} (no arena)", fn, kind="peer",
+                                    library=self.name, to_torch=_from_np,
+                                    note="" if arena else "enable_cpu_mem_arena=False"))
+            return out
         if op == "top_k1":
             largest = int(bool(spec["largest"]))
             s = self._session(("topk", largest),

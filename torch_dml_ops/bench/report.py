@@ -81,13 +81,20 @@ def summary_table(rows: Sequence[Row]) -> str:
         bt = min(torch_rows, key=lambda r: r.median_s) if torch_rows else None
         bt_s = f"{_cell(bt)} ({bt.provider.replace('torch ', '')})" if bt else "-"
         peer = {lib: next((r for r in group if r.library == lib), None) for lib in PEER_COLUMNS}
+        cells = {lib: _cell(peer[lib]) for lib in PEER_COLUMNS}
+        # a peer's variant (e.g. onnxruntime without its memory arena) next to its main row
+        for lib in PEER_COLUMNS:
+            for r in group:
+                if r.library == lib and r is not peer[lib] and r.provider.endswith(")"):
+                    variant = r.provider[r.provider.rindex("(") + 1:-1]
+                    cells[lib] += f" ({variant}: {_cell(r)})"
         limit = group[0].limit_s
         ratio = "-" if v["ratio"] is None else f"{v['ratio']:.2f}"
         portable = next((r for r in group if r.kind == "ours" and r is not ours
                          and r.provider.endswith("[portable]")), None)
         lines.append(
             f"| {op} | {case} | {_cell(ours)} | {_cell(portable) if portable else '-'} | "
-            f"{bt_s} | {' | '.join(_cell(peer[lib]) for lib in PEER_COLUMNS)} | {fmt_s(limit)} | "
+            f"{bt_s} | {' | '.join(cells[lib] for lib in PEER_COLUMNS)} | {fmt_s(limit)} | "
             f"{ratio} | {v['place']} |")
     return "\n".join(lines)
 
