@@ -25,6 +25,9 @@ enum { TDO_I32 = 0, TDO_I64 = 1, TDO_U32 = 2, TDO_U64 = 3 };
 typedef void (*tdo_range_fn)(void *ctx, int64_t begin, int64_t end, int tid);
 int tdo_parallel_for(int64_t n, int nthreads, int64_t grain, tdo_range_fn fn, void *ctx);
 
+/* Hint that [p, p + len) be backed by transparent huge pages (module.c). */
+void tdo_hugepage_hint(void *p, int64_t len);
+
 /* How many threads tdo_parallel_for will use for n items. */
 static inline int tdo_threads_for(int64_t n, int nthreads, int64_t grain) {
     if (nthreads < 1) nthreads = 1;

@@ -421,15 +421,20 @@ static void split_task(void *ctx, int64_t begin, int64_t end, int tid) {
 TDO_EXPORT int64_t tdo_scatter_nd(const int64_t *a) {
     const int64_t n = a[5];
     const int k = (int)a[6];
+    const int64_t rb = a[8];
     if (n <= 0) return TDO_NO_ERROR;
+    const int split = a[15] && a[11] == R_NONE && (rb == 1 || rb == 2 || rb == 4 || rb == 8);
+    /* The row numbers of the check pass are kept for the write pass: recomputing them from the
+     * tuples measured 1.5x slower.  The buffer is hinted onto huge pages: a fresh n-sized buffer
+     * is otherwise faulted in 4 KiB at a time on many calls. */
     int64_t *rows = (int64_t *)malloc((size_t)n * sizeof(int64_t));
     if (!rows) return -1;
+    if (n >= ((int64_t)1 << 18)) tdo_hugepage_hint(rows, n * (int64_t)sizeof(int64_t));
     rows_ctx rc = {(const void *)(intptr_t)a[3], (int)a[4], k, a + 16, a + 16 + k, rows,
                    TDO_NO_ERROR};
-    tdo_parallel_for(n, (int)a[13], a[14], rows_task, &rc);
+    tdo_parallel_for(n, (int)a[13], a[14], rows_task, &rc);   /* check (and rows) first */
     if (rc.first_bad == TDO_NO_ERROR) {
-        const int64_t rb = a[8];
-        if (a[15] && a[11] == R_NONE && (rb == 1 || rb == 2 || rb == 4 || rb == 8)) {
+        if (split) {
             split_ctx sc = {(char *)(intptr_t)a[0], (const char *)(intptr_t)a[1],
                             (const char *)(intptr_t)a[2], rows, a[7] * rb, rb};
             if (sc.init && sc.n_bytes > 0)
