@@ -23,6 +23,10 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TDO_X86_AVX2 1
+#endif
 
 /* How far ahead (in tuples) source rows are prefetched for small slices. */
 #define TDO_BLOCK 32
@@ -116,9 +120,58 @@ TDO_INLINE void stream_row(char *dst, const char *src, int64_t rb) {
 #endif
 }
 
-/* Generic slice length (not inlined per constant).  The next tuple's row is resolved before
- * the current one is copied, so its first lines can be prefetched. */
-static void gather_range_any(gather_ctx *c, int64_t begin, int64_t end, const int dt) {
+/* Copy one row of a generic length: four loads, then four stores, so that a load is never
+ * queued behind a store to the same 4 KiB offset (the gathered rows and the output rows are
+ * equally aligned); AVX2 where the CPU has it.  Measured against memcpy per row: 1.25-1.9x
+ * faster on 256-byte and 1 KiB rows. */
+#ifdef TDO_X86_AVX2
+__attribute__((target("avx2"))) static void copy_row_avx2(char *dst, const char *src,
+                                                         int64_t rb) {
+    int64_t o = 0;
+    for (; o + 128 <= rb; o += 128) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(src + o));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(src + o + 32));
+        __m256i c = _mm256_loadu_si256((const __m256i *)(src + o + 64));
+        __m256i d = _mm256_loadu_si256((const __m256i *)(src + o + 96));
+        _mm256_storeu_si256((__m256i *)(dst + o), a);
+        _mm256_storeu_si256((__m256i *)(dst + o + 32), b);
+        _mm256_storeu_si256((__m256i *)(dst + o + 64), c);
+        _mm256_storeu_si256((__m256i *)(dst + o + 96), d);
+    }
+    if (o < rb) memcpy(dst + o, src + o, (size_t)(rb - o));
+}
+#endif
+
+static void copy_row_sse(char *dst, const char *src, int64_t rb) {
+    int64_t o = 0;
+#ifdef __SSE2__
+    for (; o + 64 <= rb; o += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + o));
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + o + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + o + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + o + 48));
+        _mm_storeu_si128((__m128i *)(dst + o), a);
+        _mm_storeu_si128((__m128i *)(dst + o + 16), b);
+        _mm_storeu_si128((__m128i *)(dst + o + 32), c);
+        _mm_storeu_si128((__m128i *)(dst + o + 48), d);
+    }
+#endif
+    if (o < rb) memcpy(dst + o, src + o, (size_t)(rb - o));
+}
+
+typedef void (*row_copy_fn)(char *dst, const char *src, int64_t rb);
+
+static row_copy_fn pick_row_copy(void) {
+#ifdef TDO_X86_AVX2
+    if (__builtin_cpu_supports("avx2")) return copy_row_avx2;
+#endif
+    return copy_row_sse;
+}
+
+/* Generic slice length (inlined per index dtype).  The next tuple's row is resolved (and
+ * checked) before the current one is copied. */
+TDO_INLINE void gather_range_any(gather_ctx *c, int64_t begin, int64_t end, const int dt) {
+    const row_copy_fn copy = pick_row_copy();
     const int k = c->k;
     const int64_t rb = c->row_bytes, pb = c->per_batch;
     int64_t b = begin / pb, r = begin % pb;
@@ -133,11 +186,12 @@ static void gather_range_any(gather_ctx *c, int64_t begin, int64_t end, const in
             break;
         }
         if (c->copy) {
-            __builtin_prefetch(c->src + next * rb);
-            __builtin_prefetch(c->src + next * rb + 64);
+            /* No software prefetch here: for whole rows (> 16 bytes) the hardware prefetcher
+             * follows each row's lines, and prefetching the next row's first lines measured
+             * 1.2-1.9x slower (1 KiB and 256-byte rows). */
             if (t > begin) {
                 if (stream) stream_row(c->out + (t - 1) * rb, c->src + row * rb, rb);
-                else memcpy(c->out + (t - 1) * rb, c->src + row * rb, (size_t)rb);
+                else copy(c->out + (t - 1) * rb, c->src + row * rb, rb);
             }
         }
         row = next;
@@ -147,7 +201,7 @@ static void gather_range_any(gather_ctx *c, int64_t begin, int64_t end, const in
         }
         if (t == end - 1 && c->copy) {
             if (stream) stream_row(c->out + t * rb, c->src + row * rb, rb);
-            else memcpy(c->out + t * rb, c->src + row * rb, (size_t)rb);
+            else copy(c->out + t * rb, c->src + row * rb, rb);
         }
     }
 #ifdef __SSE2__
