@@ -231,6 +231,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(_report.detail_table(rows))
     print(f"Total {meta['total_s']:.0f} s")
 
+    for path in (args.markdown, args.json, args.plot):
+        if path and os.path.dirname(path):
+            # a run takes minutes: never lose it to a missing output folder
+            os.makedirs(os.path.dirname(path), exist_ok=True)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(f"# torch_dml_ops benchmark\n\n{header}\n\nCommand: `{meta['command']}`\n\n")
