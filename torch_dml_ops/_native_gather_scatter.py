@@ -74,21 +74,6 @@ def _raise(op: str, indices: torch.Tensor, pos: int, lay: GatherLayout, rank: in
                       indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
 
 
-def fresh(shape, dtype: torch.dtype, nbytes: int) -> torch.Tensor:
-    """A new output: hugepage-hinted when large (``_native.empty``), else plain torch.empty."""
-    if nbytes >= _native.HUGEPAGE_MIN_BYTES:
-        return _native.empty(shape, dtype)
-    return torch.empty(shape, dtype=dtype)
-
-
-def fresh_like(input: torch.Tensor) -> torch.Tensor:
-    """A new contiguous tensor of ``input``'s shape and dtype (empty_like parses no shape: the
-    cheapest allocation for small calls), hugepage-hinted when large."""
-    if input.numel() * input.element_size() >= _native.HUGEPAGE_MIN_BYTES:
-        return _native.empty(input.shape, input.dtype)
-    return torch.empty_like(input, memory_format=torch.contiguous_format)
-
-
 #: Per (layout, dtype): the constant part of a gather's kernel arguments (threads and grain
 #: are set per call).  Layouts are memoized
 #: by the validation layer, so a repeated call finds its plan by the layout's identity.
@@ -135,7 +120,7 @@ def gather_nd_native(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayo
         if not out.is_contiguous():
             target = None
     if target is None:
-        target = fresh(lay.out_shape, input.dtype, n * row_bytes)
+        target = _native.empty(lay.out_shape, input.dtype)
     if row_bytes:
         args[0], args[1], args[9] = target.data_ptr(), input.data_ptr(), 1
     if out is None or row_bytes:

@@ -9,7 +9,7 @@ along the axis).  The kernel writes the values and indices straight into the fin
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 

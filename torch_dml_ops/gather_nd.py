@@ -51,16 +51,14 @@ def _gather_into(out: Optional[torch.Tensor], input: torch.Tensor, indices: torc
     the Triton path writes a fresh output in the same pass as the check, but checks a caller's
     ``out=`` in a separate pre-pass (it reads only the indices).
     """
-    # use_native first: it is True only for CPU calls under auto/native, and an uncovered call
-    # then goes to the portable path (never to Triton's CPU interpreter).
-    native = _backend.use_native(input)
-    if native:
+    backend = _backend.backend_for(input)
+    if backend == "native":
         res = _native_gather_scatter.gather_nd_native(input, indices, lay, out)
         if res is not None:
             if out is not None and not out.is_inference():
                 torch.autograd.graph.increment_version(out)   # written through a pointer
             return res
-    if native or not _backend.use_triton(input.device):
+    if backend != "triton":
         return gather_nd_torch(input, indices, lay, check, out)
     from . import triton_kernels
     nat_input = input.reshape(lay.natural_input_shape)

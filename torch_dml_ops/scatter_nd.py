@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from . import _backend, _native_gather_scatter
+from . import _backend, _native, _native_gather_scatter
 from ._fallback import scatter_nd_torch
 from ._forms import GatherLayout
 from ._library import lib
@@ -43,20 +43,19 @@ lib.define(f"scatter_nd_(Tensor(a!) input, Tensor indices, Tensor updates, {_TAI
 
 def _scatter_into(dst: torch.Tensor, source: Optional[torch.Tensor], indices: torch.Tensor,
                   updates: torch.Tensor, lay: GatherLayout, reduction: str, check: bool,
-                  fresh: bool = False) -> None:
+                  fresh: bool = False, backend: Optional[str] = None) -> None:
     """Check the indices, copy ``source`` into ``dst`` (unless None), scatter: in that order, so
-    a failing call writes nothing."""
-    # use_native first: it is True only for CPU calls under auto/native, and an uncovered call
-    # then goes to the portable path (never to Triton's CPU interpreter).
-    native = _backend.use_native(dst)
-    if native:
+    a failing call writes nothing.  ``backend``: the caller's ``backend_for`` decision, if made."""
+    if backend is None:
+        backend = _backend.backend_for(dst)
+    if backend == "native":
         if _native_gather_scatter.scatter_nd_native(dst, source, indices, updates, lay,
                                                     reduction):
             if not dst.is_inference():
                 torch.autograd.graph.increment_version(dst)   # written through a pointer
             return
     deterministic = torch.are_deterministic_algorithms_enabled()
-    if not native and _backend.use_triton(dst.device):
+    if backend == "triton":
         from . import triton_kernels as tk
         if tk.scatter_nd_triton_supports(dst.dtype, reduction, deterministic):
             nat_indices = indices.reshape(lay.natural_indices_shape)
@@ -84,15 +83,17 @@ def _scatter_nd_impl(input, indices, updates, reduction="none", input_dimension_
                      indices_dimension_count=None, feature_level="permissive", check_indices=True):
     lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                            indices_dimension_count, feature_level)
-    if (_backend.use_native(input)
-            and _native_gather_scatter.scatter_covers(input.dtype, reduction)):
+    backend = _backend.backend_for(input)
+    if backend == "native" and _native_gather_scatter.scatter_covers(input.dtype, reduction):
         # The native kernel copies the input into the fresh output itself (each thread the rows
         # it then scatters into), after the index check.
-        out = _native_gather_scatter.fresh_like(input)
-        _scatter_into(out, input, indices, updates, lay, reduction, check_indices)
+        out = _native.empty_like(input)
+        _scatter_into(out, input, indices, updates, lay, reduction, check_indices,
+                      backend=backend)
         return out
     out = input.clone(memory_format=torch.contiguous_format)
-    _scatter_into(out, None, indices, updates, lay, reduction, check_indices, fresh=True)
+    _scatter_into(out, None, indices, updates, lay, reduction, check_indices, fresh=True,
+                  backend=backend)
     return out
 
 

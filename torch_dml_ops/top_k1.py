@@ -51,11 +51,12 @@ def _top_k1_impl(input, k, axis=-1, direction="decreasing", index_dtype=torch.in
                  feature_level="permissive"):
     ax = check_top_k1(input, k, axis, direction, index_dtype, feature_level)
     largest = direction == "decreasing"
-    if _backend.use_triton(input.device):
+    backend = _backend.backend_for(input)
+    if backend == "triton":
         from . import triton_kernels as tk
         if tk.top_k1_triton_supports(input.dtype, k):
             return tk.top_k1_triton(input, k, ax, largest, index_dtype)
-    elif _backend.use_native(input) and _native_topk.supports(input, k, ax):
+    elif backend == "native" and _native_topk.supports(input, k, ax):
         return _native_topk.top_k1_native(input, k, ax, largest, index_dtype)
     return top_k1_torch(input, k, ax, largest, index_dtype)
 

@@ -355,19 +355,27 @@ static int64_t scan(topk_ctx *c, const char *row, int64_t s0, int64_t s1, void *
 
 static size_t comp_size(const topk_ctx *c) { return c->wide ? sizeof(u128) : sizeof(uint64_t); }
 
+/* A thread's scratch: the candidate buffer and a block of keys with their chunk maxima.  0 (and
+ * the call marked failed) when they cannot be allocated. */
+static int scratch(topk_ctx *c, void **buf, void **kb) {
+    *buf = malloc((size_t)(c->cap + 1) * comp_size(c));
+    *kb = malloc((KB + KB / SUB) * sizeof(uint64_t));
+    if (*buf && *kb) return 1;
+    free(*buf);
+    free(*kb);
+    __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
 /* Whole rows [b, e). */
 static void rows_fn(void *p, int64_t b, int64_t e, int tid) {
     topk_ctx *c = (topk_ctx *)p;
+    void *buf, *kb;
     (void)tid;
-    void *buf = malloc((size_t)(c->cap + 1) * comp_size(c));
-    void *kb = malloc((KB + KB / SUB) * sizeof(uint64_t));   /* keys, chunk maxima */
-    if (!buf || !kb) {
-        __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
-    } else {
-        for (int64_t r = b; r < e; r++) {
-            scan(c, c->x + r * c->n * c->esize, 0, c->n, buf, kb);
-            emit(c, r, buf);
-        }
+    if (!scratch(c, &buf, &kb)) return;
+    for (int64_t r = b; r < e; r++) {
+        scan(c, c->x + r * c->n * c->esize, 0, c->n, buf, kb);
+        emit(c, r, buf);
     }
     free(buf);
     free(kb);
@@ -376,20 +384,16 @@ static void rows_fn(void *p, int64_t b, int64_t e, int tid) {
 /* Segments [b, e) of the split rows (task t: row t / segs, segment t % segs). */
 static void segs_fn(void *p, int64_t b, int64_t e, int tid) {
     topk_ctx *c = (topk_ctx *)p;
+    void *buf, *kb;
     (void)tid;
-    void *buf = malloc((size_t)(c->cap + 1) * comp_size(c));
-    void *kb = malloc((KB + KB / SUB) * sizeof(uint64_t));   /* keys, chunk maxima */
-    if (!buf || !kb) {
-        __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
-    } else {
-        const size_t cs = comp_size(c);
-        for (int64_t t = b; t < e; t++) {
-            int64_t r = t / c->segs, g = t % c->segs;
-            int64_t s0 = c->n * g / c->segs, s1 = c->n * (g + 1) / c->segs;
-            int64_t m = scan(c, c->x + r * c->n * c->esize, s0, s1, buf, kb);
-            memcpy((char *)c->cand + (size_t)t * (size_t)c->k * cs, buf, (size_t)m * cs);
-            c->cnt[t] = m;
-        }
+    if (!scratch(c, &buf, &kb)) return;
+    const size_t cs = comp_size(c);
+    for (int64_t t = b; t < e; t++) {
+        int64_t r = t / c->segs, g = t % c->segs;
+        int64_t s0 = c->n * g / c->segs, s1 = c->n * (g + 1) / c->segs;
+        int64_t m = scan(c, c->x + r * c->n * c->esize, s0, s1, buf, kb);
+        memcpy((char *)c->cand + (size_t)t * (size_t)c->k * cs, buf, (size_t)m * cs);
+        c->cnt[t] = m;
     }
     free(buf);
     free(kb);
