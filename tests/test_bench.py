@@ -153,8 +153,27 @@ def test_plot_writes_png(tmp_path):
 
 
 def test_plot_without_series(tmp_path):
-    assert "no scaling series" in (report.plot(str(tmp_path / "p.png"), [], "t") or
-                                   "no scaling series")
+    # Decided before matplotlib is imported: the same answer with or without the bench extra.
+    path = tmp_path / "p.png"
+    assert report.plot(str(path), [], "t") == "no plot: no scaling series in this run"
+    assert not path.exists()
+
+
+def test_plot_without_matplotlib(tmp_path, monkeypatch):
+    # A missing optional extra is reported, never raised (the bench runs without it).
+    import builtins
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ModuleNotFoundError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    path = tmp_path / "p.png"
+    msg = report.plot(str(path), _rows_for_plot(), "t")
+    assert msg == "no plot: matplotlib does not import (ModuleNotFoundError)"
+    assert not path.exists()
 
 
 @pytest.mark.parametrize("name", peers.PEER_NAMES)

@@ -81,3 +81,21 @@ def test_without_native_kernels_auto_falls_back_and_native_mode_says_why(monkeyp
     with pytest.raises(RuntimeError, match="TORCH_DML_OPS_BACKEND=native but the native "
                                            "extension is not built"):
         _backend.use_native(cpu)
+
+
+def _readme_test_command() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("## Two commands", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    lines = [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.startswith("#")]
+    (cmd,) = [ln for ln in lines if "pytest" in ln]
+    return cmd
+
+
+def test_ci_runs_the_readme_test_command_verbatim_in_a_fresh_venv():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    body = [ln.strip() for ln in ci.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert body[-1] == _readme_test_command()
+    # a virtual environment made by the script itself, activated before the command
+    venv_at = next(i for i, ln in enumerate(body) if "-m venv" in ln)
+    activate_at = next(i for i, ln in enumerate(body) if "/bin/activate" in ln)
+    assert venv_at < activate_at < len(body) - 1

@@ -179,16 +179,16 @@ def _provider_colors(rows: Sequence[Row]) -> Dict[str, str]:
 def plot(path: str, rows: Sequence[Row], title: str) -> Optional[str]:
     """Time against problem size for every series, with the copy-bandwidth limit.  Returns an
     error string when matplotlib is missing or nothing is plottable, else None."""
+    series = [s for s in SERIES_ORDER if any(r.series == s for r in rows)]
+    series += sorted({r.series for r in rows if r.series and r.series not in series})
+    if not series:
+        return "no plot: no scaling series in this run"
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except Exception as e:  # noqa: BLE001
         return f"no plot: matplotlib does not import ({type(e).__name__})"
-    series = [s for s in SERIES_ORDER if any(r.series == s for r in rows)]
-    series += sorted({r.series for r in rows if r.series and r.series not in series})
-    if not series:
-        return "no plot: no scaling series in this run"
     ncols = 4 if len(series) > 4 else len(series)
     nrows = -(-len(series) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.9 * nrows), squeeze=False)
