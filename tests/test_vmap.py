@@ -104,9 +104,6 @@ def test_top_k1_vmap(in_dim, axis):
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
-@pytest.mark.xfail(raises=RuntimeError, strict=False,
-                   reason="torch.func transforms need an autograd.Function with setup_context, "
-                          "which torch.library.register_autograd does not provide in this torch")
 def test_torch_func_grad():
     x = torch.randn(4, 3)
     g = torch.func.grad(lambda a: tdo.gather_nd(a, torch.tensor([[1], [1]])).sum())(x)

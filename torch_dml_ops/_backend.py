@@ -15,6 +15,7 @@ import functools
 import os
 
 import torch
+import torch.autograd.forward_ad as _fwad
 
 from . import _native
 
@@ -136,8 +137,9 @@ def plain_eager_call(tensors, differentiable) -> bool:
     Dispatching a Python-kernel op (autograd kernel, then backend kernel) costs ~15-20 us on a
     small CPU, more than a small gather itself.  The shortcut is taken only when the result is
     indistinguishable: eager mode (not torch.compile / export / jit tracing), plain tensors (no
-    subclass, FakeTensor or functorch wrapper), no dispatch or function modes, no profiler, and no
-    input that autograd would record (``differentiable`` lists those).  Everything else goes
+    subclass, FakeTensor or functorch wrapper), no dispatch or function modes, no profiler, no
+    open forward-AD level, and no input that autograd would record (``differentiable`` lists
+    those).  Everything else goes
     through ``torch.ops.torch_dml_ops.*``, which is also what compiled graphs and exports contain.
     """
     if torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None:
@@ -152,6 +154,8 @@ def plain_eager_call(tensors, differentiable) -> bool:
     if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
         return False
     if torch._C._functorch.peek_interpreter_stack() is not None:
+        return False
+    if _fwad._current_level >= 0:       # a forward-AD level is open: inputs may be dual
         return False
     return not torch.autograd.profiler._is_profiler_enabled
 

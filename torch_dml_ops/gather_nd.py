@@ -20,13 +20,13 @@ from typing import Optional
 
 import torch
 
-from . import _backend, _native_gather_scatter
+from . import _autograd, _backend, _native_gather_scatter
 from ._fallback import (check_and_wrap_plan, gather_nd_torch, index_matrix,
                         linear_rows)
 from ._forms import GatherLayout, gather_layout
 from ._library import lib
 from ._validation import (SIGNED_INDEX_DTYPES, _state, check_gather_nd, check_out,
-                          raise_index_error)
+                          as_int, check_out_meta, raise_index_error, resolved, written)
 
 __all__ = ["gather_nd"]
 
@@ -55,8 +55,6 @@ def _gather_into(out: Optional[torch.Tensor], input: torch.Tensor, indices: torc
     if backend == "native":
         res = _native_gather_scatter.gather_nd_native(input, indices, lay, out)
         if res is not None:
-            if out is not None and not out.is_inference():
-                torch.autograd.graph.increment_version(out)   # written through a pointer
             return res
     if backend != "triton":
         return gather_nd_torch(input, indices, lay, check, out)
@@ -88,24 +86,30 @@ def _gather_into(out: Optional[torch.Tensor], input: torch.Tensor, indices: torc
 def _gather_nd_impl(input, indices, batch_dims=0, input_dimension_count=None,
                     indices_dimension_count=None, feature_level="permissive", check_indices=True):
     lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
-                          indices_dimension_count, feature_level)
-    return _gather_into(None, input, indices, lay, check_indices)
+                          indices_dimension_count, feature_level, check_indices)
+    return _gather_into(None, resolved(input), resolved(indices), lay, check_indices)
 
 
 def _gather_nd_out_impl(input, indices, batch_dims=0, input_dimension_count=None,
                         indices_dimension_count=None, feature_level="permissive",
                         check_indices=True, *, out):
     lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
-                          indices_dimension_count, feature_level)
+                          indices_dimension_count, feature_level, check_indices)
     check_out("gather_nd", out, lay.out_shape, input.dtype, input.device,
               (("InputTensor", input), ("IndicesTensor", indices)))
-    _gather_into(out, input, indices, lay, check_indices)
+    input, indices = resolved(input), resolved(indices)
+    if out.is_neg():
+        # A negative view: the kernels write raw memory, copy_ writes through the negation.
+        out.copy_(_gather_into(None, input, indices, lay, check_indices))
+    else:
+        _gather_into(out, input, indices, lay, check_indices)
+        written(out)
 
 
 def _gather_nd_fake(input, indices, batch_dims=0, input_dimension_count=None,
                     indices_dimension_count=None, feature_level="permissive", check_indices=True):
     lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
-                          indices_dimension_count, feature_level)
+                          indices_dimension_count, feature_level, check_indices)
     return input.new_empty(lay.out_shape)
 
 
@@ -113,10 +117,8 @@ def _gather_nd_out_fake(input, indices, batch_dims=0, input_dimension_count=None
                         indices_dimension_count=None, feature_level="permissive",
                         check_indices=True, *, out):
     lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
-                          indices_dimension_count, feature_level)
-    if tuple(out.shape) != tuple(lay.out_shape) or out.dtype != input.dtype:
-        raise ValueError(f"gather_nd: OutputTensor (out) must have shape {tuple(lay.out_shape)} "
-                         f"and dtype {input.dtype}, got {tuple(out.shape)} and {out.dtype}")
+                          indices_dimension_count, feature_level, check_indices)
+    check_out_meta("gather_nd", out, lay.out_shape, input.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,6 +151,7 @@ def _gather_nd_backward_fake(grad, indices, input_shape, batch_dims, input_dimen
 def _gather_nd_setup_context(ctx, inputs, output):
     input, indices, batch_dims, idc_in, idc_idx = inputs[:5]
     ctx.save_for_backward(indices)
+    ctx.save_for_forward(indices)
     ctx.input_shape = tuple(input.shape)
     ctx.args = (batch_dims, idc_in, idc_idx)
 
@@ -157,26 +160,40 @@ def _gather_nd_backward(ctx, grad):
     (indices,) = ctx.saved_tensors
     grad_input = None
     if ctx.needs_input_grad[0]:
-        grad_input = torch.ops.torch_dml_ops.gather_nd_backward(
-            grad, indices, ctx.input_shape, *ctx.args)
+        grad_input = GATHER_ND_BACKWARD.call(grad, indices, ctx.input_shape, *ctx.args)
     return grad_input, None, None, None, None, None, None
+
+
+def _gather_nd_jvp(ctx, input_t, *_):
+    # Linear in the input: the tangent is gathered like the input.
+    (indices,) = ctx.saved_tensors
+    if input_t is None:
+        return None
+    return GATHER_ND.call(input_t, indices, *ctx.args, "permissive", False)
 
 
 def _gather_nd_backward_setup_context(ctx, inputs, output):
     grad, indices, input_shape, batch_dims, idc_in, idc_idx = inputs
     ctx.save_for_backward(indices)
+    ctx.save_for_forward(indices)
+    ctx.input_shape = tuple(input_shape)
     ctx.args = (batch_dims, idc_in, idc_idx)
 
 
 def _gather_nd_backward_backward(ctx, gg):
     # gather_nd_backward is linear in grad: its adjoint is gather_nd itself.
     (indices,) = ctx.saved_tensors
-    batch_dims, idc_in, idc_idx = ctx.args
     g = None
     if ctx.needs_input_grad[0]:
-        g = torch.ops.torch_dml_ops.gather_nd(gg, indices, batch_dims, idc_in, idc_idx,
-                                              "permissive", False)
+        g = GATHER_ND.call(gg, indices, *ctx.args, "permissive", False)
     return g, None, None, None, None, None
+
+
+def _gather_nd_backward_jvp(ctx, grad_t, *_):
+    (indices,) = ctx.saved_tensors
+    if grad_t is None:
+        return None
+    return GATHER_ND_BACKWARD.call(grad_t, indices, ctx.input_shape, *ctx.args)
 
 
 # One kernel for every device; it picks Triton or the portable path per call.
@@ -187,11 +204,15 @@ lib.impl("gather_nd_backward", _gather_nd_backward_impl, "CompositeExplicitAutog
 torch.library.register_fake("torch_dml_ops::gather_nd", _gather_nd_fake, lib=lib)
 torch.library.register_fake("torch_dml_ops::gather_nd_out", _gather_nd_out_fake, lib=lib)
 torch.library.register_fake("torch_dml_ops::gather_nd_backward", _gather_nd_backward_fake, lib=lib)
-# First and second order gradients w.r.t. the input (indices are not differentiable).
-torch.library.register_autograd("torch_dml_ops::gather_nd", _gather_nd_backward,
-                                setup_context=_gather_nd_setup_context, lib=lib)
-torch.library.register_autograd("torch_dml_ops::gather_nd_backward", _gather_nd_backward_backward,
-                                setup_context=_gather_nd_backward_setup_context, lib=lib)
+# Reverse and forward mode, any order, torch.func included (_autograd.py says why not
+# torch.library.register_autograd); indices are not differentiable.
+GATHER_ND = _autograd.Differentiable("gather_nd", _autograd.make_function(
+    "GatherND", torch.ops.torch_dml_ops.gather_nd.default, _gather_nd_setup_context,
+    _gather_nd_backward, _gather_nd_jvp))
+GATHER_ND_BACKWARD = _autograd.Differentiable("gather_nd_backward", _autograd.make_function(
+    "GatherNDBackward", torch.ops.torch_dml_ops.gather_nd_backward.default,
+    _gather_nd_backward_setup_context, _gather_nd_backward_backward, _gather_nd_backward_jvp))
+_autograd.register_out("gather_nd_out", "gather_nd")
 
 
 def _gather_nd_vmap(info, in_dims, input, indices, batch_dims=0, input_dimension_count=None,
@@ -275,17 +296,15 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
                 [0., 1.]])
     """
     level = _state.level
+    batch_dims = as_int("gather_nd", "batch_dims", batch_dims)
     if out is None:
         if _backend.plain_eager_call((input, indices), (input,)):
             return _gather_nd_impl(input, indices, batch_dims, input_dimension_count,
                                    indices_dimension_count, level, check_indices)
-        return _OP(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
-                   level, check_indices)
-    if torch.is_grad_enabled() and input.requires_grad:
-        raise RuntimeError(
-            "gather_nd(): functions with out=... arguments don't support automatic "
-            "differentiation, but one of the arguments requires grad."
-        )
+        return GATHER_ND.call(input, indices, batch_dims, input_dimension_count,
+                              indices_dimension_count, level, check_indices)
+    if torch.is_grad_enabled() and (input.requires_grad or out.requires_grad):
+        raise RuntimeError(_autograd.refuse_out_grad("gather_nd"))
     if _backend.plain_eager_call((input, indices, out), ()):
         _gather_nd_out_impl(input, indices, batch_dims, input_dimension_count,
                             indices_dimension_count, level, check_indices, out=out)

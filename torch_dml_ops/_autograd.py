@@ -1,0 +1,146 @@
+"""Autograd for the ops: one ``torch.autograd.Function`` per op, registered as its Autograd kernel.
+
+Why not ``torch.library.register_autograd``: in torch 2.13 the ``autograd.Function`` it generates
+has no ``setup_context``, so every torch.func transform (``grad``, ``jacrev``, ``vjp``,
+``hessian``, grad of vmap) refuses it, and it has no forward-mode derivative, so ``jvp``,
+``jacfwd`` and ``torch.autograd.forward_ad`` silently see zero tangents.  Here each op gets a
+Function with:
+
+* ``forward`` (no ``ctx``): the op below the Autograd key;
+* ``setup_context``: what backward and jvp need;
+* ``backward`` and ``jvp``, written with the registered ops (so they are differentiable again:
+  double backward, forward-over-reverse);
+* ``generate_vmap_rule = True``: under vmap, forward/backward/jvp run on batched tensors through
+  the ops' own vmap rules.
+
+The Autograd kernel applies the Function only when something will look at a derivative (grad
+mode with an input that requires grad, a forward-AD level, or a torch.func transform); otherwise
+it redispatches below autograd, as the generated kernel does.  The ``out=`` overloads get a
+kernel that refuses autograd, like torch's ``out=`` functions.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+import torch.autograd.forward_ad as _fwad
+from torch import _C
+from torch._library.utils import fill_defaults
+
+from ._library import NAMESPACE, lib
+
+
+def forward_ad_active() -> bool:
+    """Whether a ``torch.autograd.forward_ad.dual_level`` is open (dual tensors may exist)."""
+    return _fwad._current_level >= 0 and _C._is_fwd_grad_enabled()
+
+
+def derivative_needed(tensors: Sequence) -> bool:
+    """Whether a call on ``tensors`` must be recorded by autograd (either mode) or torch.func."""
+    if _C._are_functorch_transforms_active() or forward_ad_active():
+        return True
+    if _C.is_grad_enabled():
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                return True
+    return False
+
+
+class _Const:
+    """A list argument (a shape) passed to ``Function.apply`` as one opaque leaf: torch.func's
+    generated vmap rule flattens the arguments as a pytree and would count a shape's ints as
+    separate inputs."""
+    __slots__ = ("value",)
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+
+def _unwrap(args):
+    return tuple(a.value if isinstance(a, _Const) else a for a in args)
+
+
+def make_function(name: str, op, setup_context: Callable, backward: Callable,
+                  jvp: Callable) -> type:
+    """An ``autograd.Function`` whose forward is ``op`` below autograd (schema defaults filled)."""
+
+    def forward(*args):
+        with _C._AutoDispatchBelowAutograd():
+            return op(*_unwrap(args))
+
+    def setup(ctx, inputs, output):
+        setup_context(ctx, _unwrap(inputs), output)
+
+    return type(name, (torch.autograd.Function,), {
+        "generate_vmap_rule": True,
+        "forward": staticmethod(forward),
+        "setup_context": staticmethod(setup),
+        "backward": staticmethod(backward),
+        "jvp": staticmethod(jvp),
+    })
+
+
+def _wrap(args):
+    return tuple(_Const(a) if isinstance(a, (list, tuple)) else a for a in args)
+
+
+class Differentiable:
+    """An op and its Function: ``call`` is how the public functions, and the backward and jvp
+    formulas, invoke the op.
+
+    An ``autograd.Function`` must be applied before the dispatcher (torch.func dispatches it as a
+    higher-order op through its own interpreters), so ``call`` applies it directly when a
+    derivative is needed in eager mode.  Everything else goes through ``torch.ops`` (the
+    dispatcher), whose Autograd kernel applies the same Function: that is what torch.compile and
+    torch.export trace, and what direct ``torch.ops.torch_dml_ops.*`` callers get.
+    """
+
+    def __init__(self, opname: str, function: type, prepare: Callable = None) -> None:
+        self.op = getattr(getattr(torch.ops, NAMESPACE), opname).default
+        self.function = function
+        self.prepare = prepare
+        self._schema = self.op._schema
+        lib.impl(opname, self._kernel, "Autograd", with_keyset=True)
+
+    def call(self, *args):
+        """The op on full positional arguments, recorded for autograd/torch.func if needed."""
+        if derivative_needed(args) and not torch.compiler.is_compiling():
+            if self.prepare is not None:
+                args = self.prepare(args)
+            return self.function.apply(*_wrap(args))
+        return self.op(*args)
+
+    def _kernel(self, keyset, *args, **kwargs):
+        if derivative_needed(args):
+            args, kwargs = fill_defaults(self._schema, args, kwargs)
+            if self.prepare is not None:
+                args = self.prepare(args)
+            if _C._are_functorch_transforms_active():
+                # Reached through torch.ops inside a torch.func transform: hand the Function to
+                # the transform that is being processed, as custom_function_call would.
+                from torch._functorch.autograd_function import custom_function_call
+                from torch._functorch.pyfunctorch import dispatch_functorch
+                return dispatch_functorch(custom_function_call,
+                                          (self.function,) + _wrap(args), {})
+            return self.function.apply(*_wrap(args))
+        with _C._AutoDispatchBelowAutograd():
+            return self.op.redispatch(keyset & _C._after_autograd_keyset, *args, **kwargs)
+
+
+def refuse_out_grad(opname: str, out_names: Sequence[str] = ("out",)) -> str:
+    """The message of torch's ``out=`` functions when an argument requires grad."""
+    return (f"{opname}(): functions with out=... arguments don't support automatic "
+            f"differentiation, but one of the arguments requires grad.")
+
+
+def register_out(opname: str, public_name: str) -> None:
+    """Autograd kernel of an ``out=`` overload: no autograd, like torch's ``out=`` functions."""
+    op = getattr(getattr(torch.ops, NAMESPACE), opname).default
+
+    def kernel(keyset, *args, **kwargs):
+        if _C.is_grad_enabled() and (_C._any_requires_grad(*args, **kwargs)):
+            raise RuntimeError(refuse_out_grad(public_name))
+        with _C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & _C._after_autograd_keyset, *args, **kwargs)
+
+    lib.impl(opname, kernel, "Autograd", with_keyset=True)
