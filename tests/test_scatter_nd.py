@@ -272,14 +272,17 @@ def test_scatter_nd_inplace_strided_and_dml():
     assert y[0, 3] == 2.0
 
 
-def test_scatter_nd_inplace_refuses_grad():
+def test_scatter_nd_inplace_refuses_a_leaf_that_requires_grad():
     leaf = torch.zeros(4, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         tdo.scatter_nd_(leaf, torch.tensor([[1]]), torch.tensor([1.0]))
     with pytest.raises(RuntimeError, match="requires grad"):
         torch.ops.torch_dml_ops.scatter_nd_(leaf, torch.tensor([[1]]), torch.tensor([1.0]))
-    with pytest.raises(RuntimeError, match="updates requires grad"):
-        tdo.scatter_nd_(torch.zeros(4), torch.tensor([[1]]), torch.tensor([1.0], requires_grad=True))
+    assert leaf[1] == 0.0
+    # updates that require grad are recorded (like index_copy_), not refused
+    x = torch.zeros(4)
+    tdo.scatter_nd_(x, torch.tensor([[1]]), torch.tensor([1.0], requires_grad=True))
+    assert x.requires_grad and x.grad_fn is not None and x[1] == 1.0
     with torch.no_grad():
         tdo.scatter_nd_(leaf, torch.tensor([[1]]), torch.tensor([1.0]))
     assert leaf[1] == 1.0

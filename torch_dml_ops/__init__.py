@@ -8,7 +8,7 @@ from ._validation import (ConstraintError, ConstraintIndexError, ConstraintTypeE
 from ._backend import available_backends
 from .gather_nd import gather_nd
 from .scatter_nd import scatter_nd, scatter_nd_
-from .top_k1 import AxisDirection, TopK1Result, top_k1
+from .top_k1 import AxisDirection, TopK1Result, top_k1, topk
 
 __version__ = "0.1.0"
 
@@ -17,6 +17,7 @@ __all__ = [
     "scatter_nd",
     "scatter_nd_",
     "top_k1",
+    "topk",
     "AxisDirection",
     "TopK1Result",
     "feature_level",

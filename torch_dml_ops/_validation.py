@@ -103,15 +103,20 @@ class feature_level:
 
     def __init__(self, level: Optional[str]) -> None:
         self.level = normalize_feature_level(level)
-        self._prev: list = []
+        # The levels to restore, per thread: one object may be entered in several threads at
+        # once, and re-entered (nested) in one.
+        self._saved = threading.local()
 
     def __enter__(self) -> str:
-        self._prev.append(_state.level)
+        stack = getattr(self._saved, "stack", None)
+        if stack is None:
+            stack = self._saved.stack = []
+        stack.append(_state.level)
         _state.level = self.level
         return self.level
 
     def __exit__(self, *exc) -> None:
-        _state.level = self._prev.pop()
+        _state.level = self._saved.stack.pop()
 
 
 def get_feature_level() -> str:
@@ -150,7 +155,8 @@ DML_DATA_DTYPES = (
     torch.uint32, torch.uint16, torch.uint8,
 )
 #: What the permissive level accepts: DML's types plus the ones torch users have.
-DATA_DTYPES = DML_DATA_DTYPES + (torch.float64, torch.bfloat16, torch.int64, torch.bool)
+DATA_DTYPES = DML_DATA_DTYPES + (torch.float64, torch.bfloat16, torch.int64, torch.uint64,
+                                 torch.bool)
 #: spec DML_GATHER_ND.md, IndicesTensor at FEATURE_LEVEL_3_0 and above.
 INDEX_DTYPES = (torch.int64, torch.int32, torch.uint64, torch.uint32)
 #: spec DML_GATHER_ND.md, IndicesTensor at FEATURE_LEVEL_2_1.
@@ -267,27 +273,92 @@ def _byte_span(t: torch.Tensor) -> tuple:
     return (start, start + extent * t.element_size())
 
 
-def check_out(op: str, out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype,
-              device: torch.device, inputs: Sequence[tuple]) -> None:
-    """A preallocated ``out=`` tensor: exact shape, dtype and device, no overlap with any input."""
+def resolved(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with a set negative bit (``torch._neg_view``, the imaginary part of a conjugate)
+    materialized: the kernels read memory raw, so they must see the values the tensor shows."""
+    return t.resolve_neg() if t.is_neg() else t
+
+
+def written(t: torch.Tensor) -> None:
+    """Bump the version counter of a tensor a kernel wrote through its data pointer, as torch's
+    in-place and ``out=`` ops do (autograd uses it to detect stale saved tensors)."""
+    if not t.is_inference():
+        torch.autograd.graph.increment_version(t)
+
+
+class MemoryOverlapError(ConstraintError, RuntimeError):
+    """A written-to tensor overlaps itself or an input: the ``RuntimeError`` torch raises for
+    such writes ("unsupported operation: ... refer to a single memory location"), and a
+    :class:`ConstraintError` (so a ``ValueError``) like the library's other argument errors."""
+
+
+def has_internal_overlap(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` share a memory location (exact for every layout)."""
+    if t.numel() <= 1:
+        return False
+    dims = sorted((abs(st), sz) for sz, st in zip(t.shape, t.stride()) if sz > 1)
+    extent = 0   # the largest offset reachable with the dims so far
+    for st, sz in dims:
+        if st <= extent:
+            break                 # this dim may land on offsets already reached: look closer
+        extent += (sz - 1) * st
+    else:
+        return False              # every stride jumps past all smaller dims: no overlap
+    if dims[0][0] == 0:
+        return True
+    # Rare interleaved or overlapping layouts: count the distinct offsets.
+    offsets = torch.zeros((), dtype=torch.int64)
+    for sz, st in zip(t.shape, t.stride()):
+        offsets = (offsets.unsqueeze(-1) + torch.arange(sz, dtype=torch.int64) * st)
+    return int(offsets.reshape(-1).unique().numel()) < t.numel()
+
+
+def check_writable(op: str, out: torch.Tensor, name: str = "OutputTensor (out)") -> None:
+    """What torch checks before an in-place or ``out=`` write: no inference tensor outside
+    inference mode, no internal overlap."""
+    if out.is_inference() and not torch.is_inference_mode_enabled():
+        raise RuntimeError(
+            f"{op}: {name} is an inference tensor; Inplace update to inference tensor outside "
+            f"InferenceMode is not allowed")
+    if has_internal_overlap(out):
+        raise MemoryOverlapError(
+            f"{op}: {name} has internal overlap (sizes {tuple(out.shape)}, strides "
+            f"{tuple(out.stride())}): unsupported operation: more than one element of the "
+            f"written-to tensor refers to a single memory location. Please clone() the tensor "
+            f"before performing the operation.")
+
+
+def check_out_meta(op: str, out, shape: Sequence[int], dtype: torch.dtype) -> None:
+    """The metadata half of :func:`check_out`, shared with the fake kernels (same exceptions)."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{op}: out must be a Tensor, got {type(out).__name__}")
     if out.dtype != dtype:
-        raise TypeError(f"{op}: OutputTensor (out) has dtype {out.dtype}, expected {dtype} (the InputTensor's)")
-    if out.device != device:
-        raise ValueError(f"{op}: OutputTensor (out) is on {out.device}, expected {device}")
+        raise ConstraintTypeError(
+            f"{op}: OutputTensor (out) has dtype {out.dtype}, expected {dtype} (the InputTensor's)")
     if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"{op}: OutputTensor (out) has shape {tuple(out.shape)}, expected {tuple(shape)}")
-    if out.numel() > 1 and any(st == 0 for s, st in zip(out.shape, out.stride()) if s > 1):
-        raise ValueError(f"{op}: OutputTensor (out) has internal overlap (a zero stride); "
-                         f"it must not alias itself")
+        raise ConstraintError(
+            f"{op}: OutputTensor (out) has shape {tuple(out.shape)}, expected {tuple(shape)}")
+
+
+def check_out(op: str, out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype,
+              device: torch.device, inputs: Sequence[tuple],
+              name: str = "OutputTensor (out)") -> None:
+    """A preallocated ``out=`` tensor (or the target of an in-place op): exact shape, dtype and
+    device, writable, no overlap with itself or any input."""
+    check_out_meta(op, out, shape, dtype)
+    if out.device != device:
+        raise ValueError(f"{op}: {name} is on {out.device}, expected {device}")
+    check_writable(op, out, name)
     o_start, o_end = _byte_span(out)
     if o_start == o_end:
         return
-    for name, t in inputs:
+    for in_name, t in inputs:
         t_start, t_end = _byte_span(t)
         if t_start < o_end and o_start < t_end:
-            raise ValueError(f"{op}: OutputTensor (out) overlaps {name} in memory; pass a separate buffer")
+            raise MemoryOverlapError(
+                f"{op}: {name} overlaps {in_name} in memory; pass a separate buffer "
+                f"(unsupported operation: some elements of the input tensor and the written-to "
+                f"tensor refer to a single memory location)")
 
 
 def raise_index_error(op: str, indices: torch.Tensor, flat_position: int, index_tensor_shape,
@@ -353,10 +424,60 @@ class _Memo:
 _gather_memo = _Memo()
 
 
+def _type_name(v) -> str:
+    return type(v).__name__
+
+
+def check_tensor(op: str, name: str, t) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor, got {_type_name(t)}")
+
+
+def check_int(op: str, name: str, v, optional: bool = False) -> None:
+    """An ``int`` argument (a SymInt while tracing); bool is refused, as torch's parser does."""
+    if v is None and optional:
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, torch.SymInt)):
+        want = "an int or None" if optional else "an int"
+        raise TypeError(f"{op}: {name} must be {want}, got {_type_name(v)} {v!r}")
+
+
+def check_bool(op: str, name: str, v) -> None:
+    if not isinstance(v, bool):
+        raise TypeError(f"{op}: {name} must be a bool, got {_type_name(v)} {v!r}")
+
+
+def check_str(op: str, name: str, v) -> None:
+    if not isinstance(v, str):
+        raise TypeError(f"{op}: {name} must be a str, got {_type_name(v)} {v!r}")
+
+
+def as_int(op: str, name: str, v):
+    """The public functions' int arguments: ints as they are, other integral scalars (numpy
+    integers, anything with ``__index__`` but bool) converted, the rest a ``TypeError``."""
+    if type(v) is int or v is None:
+        return v
+    if not isinstance(v, bool) and not isinstance(v, torch.SymInt) and hasattr(v, "__index__"):
+        return v.__index__()
+    check_int(op, name, v)
+    return v
+
+
 def check_gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int,
                     input_dimension_count: Optional[int], indices_dimension_count: Optional[int],
-                    level: str) -> GatherLayout:
-    """Every metadata rule of DML_GATHER_ND / DML_GATHER_ND1 at ``level``; returns the layout."""
+                    level: str, check_indices: bool = True) -> GatherLayout:
+    """Every metadata rule of DML_GATHER_ND / DML_GATHER_ND1 at ``level``; returns the layout.
+
+    The argument types are checked first, the same for every backend and the fake kernel, so
+    the memoized results (keyed on values) never see a value of another type."""
+    op = "gather_nd"
+    check_tensor(op, "InputTensor", input)
+    check_tensor(op, "IndicesTensor", indices)
+    check_int(op, "batch_dims", batch_dims)
+    check_int(op, "input_dimension_count", input_dimension_count, optional=True)
+    check_int(op, "indices_dimension_count", indices_dimension_count, optional=True)
+    check_str(op, "feature_level", level)
+    check_bool(op, "check_indices", check_indices)
     if input.device != indices.device:
         check_same_device("gather_nd", (("InputTensor", input), ("IndicesTensor", indices)))
     key = (input.shape, indices.shape, input.dtype, indices.dtype, batch_dims,
@@ -402,25 +523,36 @@ _scatter_memo = _Memo()
 
 def check_scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
                      reduction: str, input_dimension_count: Optional[int],
-                     indices_dimension_count: Optional[int], level: str) -> GatherLayout:
+                     indices_dimension_count: Optional[int], level: str,
+                     check_indices: bool = True, deterministic: bool = False,
+                     op: str = "scatter_nd") -> GatherLayout:
     """Every metadata rule of DML_SCATTER_ND at ``level``; returns the layout (``out_shape`` is
-    the shape UpdatesTensor must have)."""
+    the shape UpdatesTensor must have).  ``op`` names the caller in messages (``scatter_nd_``
+    for the in-place variant)."""
+    check_tensor(op, "InputTensor", input)
+    check_tensor(op, "IndicesTensor", indices)
+    check_tensor(op, "UpdatesTensor", updates)
+    check_str(op, "reduction", reduction)
+    check_int(op, "input_dimension_count", input_dimension_count, optional=True)
+    check_int(op, "indices_dimension_count", indices_dimension_count, optional=True)
+    check_str(op, "feature_level", level)
+    check_bool(op, "check_indices", check_indices)
+    check_bool(op, "deterministic", deterministic)
     if input.device != indices.device or input.device != updates.device:
-        check_same_device("scatter_nd", (("InputTensor", input), ("IndicesTensor", indices),
-                                         ("UpdatesTensor", updates)))
+        check_same_device(op, (("InputTensor", input), ("IndicesTensor", indices),
+                               ("UpdatesTensor", updates)))
     key = (input.shape, indices.shape, updates.shape, input.dtype, indices.dtype, updates.dtype,
-           reduction, input_dimension_count, indices_dimension_count, level)
+           reduction, input_dimension_count, indices_dimension_count, level, op)
     lay = _scatter_memo.get(key)
     if lay is None:
         lay = _check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                                indices_dimension_count, level)
+                                indices_dimension_count, level, op)
         _scatter_memo.put(key, lay)
     return lay
 
 
 def _check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                      indices_dimension_count, level) -> GatherLayout:
-    op = "scatter_nd"
+                      indices_dimension_count, level, op) -> GatherLayout:
     check_level_argument(level)
     if reduction not in REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {', '.join(map(repr, REDUCTIONS))}, "
@@ -471,12 +603,22 @@ def _check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
 DIRECTIONS = ("decreasing", "increasing")
 #: spec DML_TOP_K1.md OutputIndexTensor: UINT32; int64 and int32 are torch-friendly extras.
 TOPK_INDEX_DTYPES = (torch.int64, torch.int32, torch.uint32)
+_INDEX_LIMITS = {torch.int64: 2**63 - 1, torch.int32: 2**31 - 1, torch.uint32: 2**32 - 1}
 _topk_memo = _Memo()
 
 
 def check_top_k1(input: torch.Tensor, k: int, axis: int, direction: str,
                  index_dtype: torch.dtype, level: str) -> int:
     """Every metadata rule of DML_TOP_K1 at ``level``; returns the axis, made non-negative."""
+    op = "top_k1"
+    check_tensor(op, "InputTensor", input)
+    check_int(op, "k", k)
+    check_int(op, "axis", axis)
+    check_str(op, "direction", direction)
+    if not isinstance(index_dtype, torch.dtype):
+        raise TypeError(f"{op}: index_dtype must be a torch.dtype, got {_type_name(index_dtype)} "
+                        f"{index_dtype!r}")
+    check_str(op, "feature_level", level)
     key = (input.shape, input.dtype, k, axis, direction, index_dtype, level)
     ax = _topk_memo.get(key)
     if ax is None:
@@ -512,6 +654,13 @@ def _check_top_k1(input, k, axis, direction, index_dtype, level) -> int:
     if not 1 <= k <= n:
         raise ConstraintError(
             f"{op}: K must be in [1, {n}] (InputTensor size along Axis {ax}), got {k}")
+    # Every index along the axis must be representable in the OutputIndexTensor's type.
+    top = _INDEX_LIMITS[index_dtype]
+    if n - 1 > top:
+        raise ConstraintError(
+            f"{op}: InputTensor has size {n} along Axis {ax}, but OutputIndexTensor's type "
+            f"{index_dtype} holds indices up to {top}; use index_dtype=torch.int64 for an axis "
+            f"longer than {top + 1}")
     if level != PERMISSIVE:
         check_natural_ranks(op, ("InputTensor",), (r,), level, "3_1")
         if index_dtype != torch.uint32:

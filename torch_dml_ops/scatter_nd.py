@@ -21,17 +21,21 @@ from typing import Optional
 
 import torch
 
-from . import _backend, _native, _native_gather_scatter
+from torch._library.utils import fill_defaults
+
+from . import _autograd, _backend, _native, _native_gather_scatter
 from ._fallback import scatter_nd_torch
-from ._forms import GatherLayout
+from ._forms import GatherLayout, gather_layout
+from .gather_nd import GATHER_ND
 from ._library import lib
-from ._validation import SIGNED_INDEX_DTYPES, _state, check_out, check_scatter_nd, raise_index_error
+from ._validation import (SIGNED_INDEX_DTYPES, _state, check_out, check_out_meta,
+                          check_scatter_nd, raise_index_error, resolved, written)
 
 __all__ = ["scatter_nd", "scatter_nd_"]
 
 _TAIL = ("str reduction='none', int? input_dimension_count=None, "
          "int? indices_dimension_count=None, str feature_level='permissive', "
-         "bool check_indices=True")
+         "bool check_indices=True, bool deterministic=False")
 # Functional op: a copy of input with updates scattered in.
 lib.define(f"scatter_nd(Tensor input, Tensor indices, Tensor updates, {_TAIL}) -> Tensor")
 # out= variant (no autograd).
@@ -41,20 +45,20 @@ lib.define(f"scatter_nd_out(Tensor input, Tensor indices, Tensor updates, {_TAIL
 lib.define(f"scatter_nd_(Tensor(a!) input, Tensor indices, Tensor updates, {_TAIL}) -> ()")
 
 
-def _scatter_into(dst: torch.Tensor, source: Optional[torch.Tensor], indices: torch.Tensor,
-                  updates: torch.Tensor, lay: GatherLayout, reduction: str, check: bool,
-                  fresh: bool = False, backend: Optional[str] = None) -> None:
+def _scatter_into(op: str, dst: torch.Tensor, source: Optional[torch.Tensor],
+                  indices: torch.Tensor, updates: torch.Tensor, lay: GatherLayout,
+                  reduction: str, check: bool, deterministic: bool, fresh: bool = False,
+                  backend: Optional[str] = None) -> None:
     """Check the indices, copy ``source`` into ``dst`` (unless None), scatter: in that order, so
-    a failing call writes nothing.  ``backend``: the caller's ``backend_for`` decision, if made."""
+    a failing call writes nothing.  ``backend``: the caller's ``backend_for`` decision, if made.
+    ``deterministic``: the last duplicate in index order wins (the op's argument, or torch's
+    deterministic mode).  ``op`` names the caller in errors."""
     if backend is None:
         backend = _backend.backend_for(dst)
     if backend == "native":
         if _native_gather_scatter.scatter_nd_native(dst, source, indices, updates, lay,
                                                     reduction):
-            if not dst.is_inference():
-                torch.autograd.graph.increment_version(dst)   # written through a pointer
             return
-    deterministic = torch.are_deterministic_algorithms_enabled()
     if backend == "triton":
         from . import triton_kernels as tk
         if tk.scatter_nd_triton_supports(dst.dtype, reduction, deterministic):
@@ -63,7 +67,7 @@ def _scatter_into(dst: torch.Tensor, source: Optional[torch.Tensor], indices: to
                 flag = tk.scatter_nd_check_triton(lay.index_sizes, nat_indices)
                 pos = int(flag.item())   # the one host sync of a checked call
                 if pos != 2**63 - 1:
-                    raise_index_error("scatter_nd", indices, pos, indices.shape, lay.index_sizes,
+                    raise_index_error(op, indices, pos, indices.shape, lay.index_sizes,
                                       lay.dim_names(dst.dim()),
                                       indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
             if source is not None:
@@ -71,152 +75,260 @@ def _scatter_into(dst: torch.Tensor, source: Optional[torch.Tensor], indices: to
             tk.scatter_nd_triton(dst.reshape(lay.natural_input_shape), nat_indices,
                                  updates.reshape(lay.natural_out_shape), lay.k, reduction,
                                  deterministic)
-            if not dst.is_inference():
-                torch.autograd.graph.increment_version(dst)
             return
     # Portable path (also for the Triton backend's unsupported dtype/reduction pairs and the
     # native kernels' uncovered dtype/reduction pairs).
     scatter_nd_torch(dst, indices, updates, lay, reduction, source, fresh)
 
 
-def _scatter_nd_impl(input, indices, updates, reduction="none", input_dimension_count=None,
-                     indices_dimension_count=None, feature_level="permissive", check_indices=True):
-    lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                           indices_dimension_count, feature_level)
+def _deterministic(flag: bool) -> bool:
+    return flag or torch.are_deterministic_algorithms_enabled()
+
+
+def _scatter_fresh(input, indices, updates, lay, reduction, check, det):
+    """The functional scatter into a new tensor (inputs already validated and resolved)."""
     backend = _backend.backend_for(input)
     if backend == "native" and _native_gather_scatter.scatter_covers(input.dtype, reduction):
         # The native kernel copies the input into the fresh output itself (each thread the rows
         # it then scatters into), after the index check.
         out = _native.empty_like(input)
-        _scatter_into(out, input, indices, updates, lay, reduction, check_indices,
+        _scatter_into("scatter_nd", out, input, indices, updates, lay, reduction, check, det,
                       backend=backend)
         return out
     out = input.clone(memory_format=torch.contiguous_format)
-    _scatter_into(out, None, indices, updates, lay, reduction, check_indices, fresh=True,
-                  backend=backend)
+    _scatter_into("scatter_nd", out, None, indices, updates, lay, reduction, check, det,
+                  fresh=True, backend=backend)
     return out
+
+
+def _scatter_nd_impl(input, indices, updates, reduction="none", input_dimension_count=None,
+                     indices_dimension_count=None, feature_level="permissive", check_indices=True,
+                     deterministic=False):
+    lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                           indices_dimension_count, feature_level, check_indices, deterministic)
+    return _scatter_fresh(resolved(input), resolved(indices), resolved(updates), lay, reduction,
+                          check_indices, _deterministic(deterministic))
+
+
+def _scatter_nd_write(op, target, source, indices, updates, lay, reduction, check, det):
+    """Write into a caller's tensor (``out=``, or the in-place target when ``source`` is None).
+    A negative view is written through its negation by ``copy_`` from a fresh result."""
+    indices, updates = resolved(indices), resolved(updates)
+    if target.is_neg():
+        base = resolved(source if source is not None else target)
+        target.copy_(_scatter_fresh(base, indices, updates, lay, reduction, check, det))
+        return
+    _scatter_into(op, target, None if source is None else resolved(source), indices, updates,
+                  lay, reduction, check, det)
+    written(target)
 
 
 def _scatter_nd_out_impl(input, indices, updates, reduction="none", input_dimension_count=None,
                          indices_dimension_count=None, feature_level="permissive",
-                         check_indices=True, *, out):
+                         check_indices=True, deterministic=False, *, out):
     lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                           indices_dimension_count, feature_level)
+                           indices_dimension_count, feature_level, check_indices, deterministic)
     check_out("scatter_nd", out, input.shape, input.dtype, input.device,
               (("InputTensor", input), ("IndicesTensor", indices), ("UpdatesTensor", updates)))
-    _scatter_into(out, input, indices, updates, lay, reduction, check_indices)
+    _scatter_nd_write("scatter_nd", out, input, indices, updates, lay, reduction, check_indices,
+                      _deterministic(deterministic))
 
 
 def _scatter_nd_inplace_impl(input, indices, updates, reduction="none",
                              input_dimension_count=None, indices_dimension_count=None,
-                             feature_level="permissive", check_indices=True):
+                             feature_level="permissive", check_indices=True, deterministic=False):
     lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                           indices_dimension_count, feature_level)
+                           indices_dimension_count, feature_level, check_indices, deterministic,
+                           op="scatter_nd_")
     check_out("scatter_nd_", input, input.shape, input.dtype, input.device,
-              (("IndicesTensor", indices), ("UpdatesTensor", updates)))
-    _scatter_into(input, None, indices, updates, lay, reduction, check_indices)
+              (("IndicesTensor", indices), ("UpdatesTensor", updates)),
+              name="InputTensor (the in-place target)")
+    _scatter_nd_write("scatter_nd_", input, None, indices, updates, lay, reduction,
+                      check_indices, _deterministic(deterministic))
 
 
 def _scatter_nd_fake(input, indices, updates, reduction="none", input_dimension_count=None,
-                     indices_dimension_count=None, feature_level="permissive", check_indices=True):
+                     indices_dimension_count=None, feature_level="permissive", check_indices=True,
+                     deterministic=False):
     check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                     indices_dimension_count, feature_level)
+                     indices_dimension_count, feature_level, check_indices, deterministic)
     return input.new_empty(input.shape)
 
 
 def _scatter_nd_out_fake(input, indices, updates, reduction="none", input_dimension_count=None,
                          indices_dimension_count=None, feature_level="permissive",
-                         check_indices=True, *, out):
+                         check_indices=True, deterministic=False, *, out):
     check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                     indices_dimension_count, feature_level)
-    if tuple(out.shape) != tuple(input.shape) or out.dtype != input.dtype:
-        raise ValueError(f"scatter_nd: OutputTensor (out) must have shape {tuple(input.shape)} "
-                         f"and dtype {input.dtype}, got {tuple(out.shape)} and {out.dtype}")
+                     indices_dimension_count, feature_level, check_indices, deterministic)
+    check_out_meta("scatter_nd", out, input.shape, input.dtype)
 
 
 def _scatter_nd_inplace_fake(input, indices, updates, reduction="none",
                              input_dimension_count=None, indices_dimension_count=None,
-                             feature_level="permissive", check_indices=True):
+                             feature_level="permissive", check_indices=True, deterministic=False):
     check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                     indices_dimension_count, feature_level)
+                     indices_dimension_count, feature_level, check_indices, deterministic,
+                     op="scatter_nd_")
 
 
 # ---------------------------------------------------------------------------------------------
-# Autograd of the functional op
+# Autograd (reverse and forward mode, torch.func; _autograd.py says why not register_autograd)
 # ---------------------------------------------------------------------------------------------
+
+def _last_wins(args: tuple) -> tuple:
+    """A recorded "none" scatter runs deterministically (the last duplicate in index order wins),
+    so that its gradient can follow the winner; the flag is an op argument, so compiled and
+    exported graphs keep it."""
+    if args[3] == "none" and not args[8]:
+        args = tuple(args[:8]) + (True,) + tuple(args[9:])
+    return args
+
+
+def _winners(indices: torch.Tensor, lay: GatherLayout) -> torch.Tensor:
+    """Bool, ``indices.shape[:-1]`` (natural form): whether each tuple is the last one in index
+    order to address its slice, i.e. the one whose update a deterministic "none" scatter keeps.
+
+    Built from the registered ops (a max-scatter of tuple positions, gathered back), so it runs on
+    every backend and under vmap."""
+    nat = indices.reshape(lay.natural_indices_shape)
+    pos = torch.arange(lay.n_tuples, device=indices.device).reshape(nat.shape[:-1])
+    last = torch.full(lay.index_sizes, -1, dtype=torch.int64, device=indices.device)
+    last = SCATTER_ND.call(last, nat, pos, "max", None, None, "permissive", False, False)
+    return GATHER_ND.call(last, nat, 0, None, None, "permissive", False) == pos
+
+
+def _layout(ctx, indices):
+    return gather_layout("scatter_nd", ctx.input_shape, indices.shape, 0, *ctx.counts)
+
 
 def _scatter_nd_setup_context(ctx, inputs, output):
     input, indices, updates, reduction, idc_in, idc_idx = inputs[:6]
     ctx.save_for_backward(indices)
+    ctx.save_for_forward(indices)
     ctx.reduction = reduction
+    ctx.deterministic = inputs[8]
+    ctx.input_shape = tuple(input.shape)
     ctx.updates_shape = tuple(updates.shape)
     ctx.counts = (idc_in, idc_idx)
 
 
+def _refuse_derivative(reduction: str, what: str) -> None:
+    raise RuntimeError(
+        f"scatter_nd: the {what} of reduction={reduction!r} is not implemented (it is not "
+        f"differentiable where duplicates tie or an update is zero); only reduction='none' "
+        f"and 'add' are differentiable"
+    )
+
+
 def _scatter_nd_backward(ctx, grad):
     """none: grad_input = grad with the overwritten positions zeroed, grad_updates = grad
-    gathered at the indices.  add: grad_input = grad, grad_updates = gathered grad.  Both are
-    built from the registered ops, so they are differentiable again (double backward)."""
+    gathered at the indices for the winning duplicate of each slice and zero for the others (the
+    forward ran deterministically: ``_last_wins``).  add: grad_input = grad, grad_updates = the
+    gathered grad for every tuple.  Built from the registered ops, so differentiable again."""
     (indices,) = ctx.saved_tensors
     red = ctx.reduction
     need_input, need_updates = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
     if red not in ("none", "add") and (need_input or need_updates):
-        raise RuntimeError(
-            f"scatter_nd: the gradient of reduction={red!r} is not implemented (it is not "
-            f"differentiable where duplicates tie or an update is zero); only reduction='none' "
-            f"and 'add' are differentiable"
-        )
+        _refuse_derivative(red, "gradient")
     idc_in, idc_idx = ctx.counts
     grad_input = grad_updates = None
     if need_input:
         if red == "add":
             grad_input = grad
         else:
-            grad_input = torch.ops.torch_dml_ops.scatter_nd(
-                grad, indices, grad.new_zeros(ctx.updates_shape), "none", idc_in, idc_idx,
-                "permissive", False)
+            grad_input = SCATTER_ND.call(grad, indices, grad.new_zeros(ctx.updates_shape),
+                                         "none", idc_in, idc_idx, "permissive", False, True)
     if need_updates:
-        grad_updates = torch.ops.torch_dml_ops.gather_nd(grad, indices, 0, idc_in, idc_idx,
-                                                         "permissive", False)
-    return grad_input, None, grad_updates, None, None, None, None, None
+        grad_updates = GATHER_ND.call(grad, indices, 0, idc_in, idc_idx, "permissive", False)
+        if red == "none":
+            lay = _layout(ctx, indices)
+            win = _winners(indices, lay).reshape(
+                tuple(lay.natural_indices_shape[:-1]) + (1,) * len(lay.slice_shape))
+            grad_updates = (grad_updates.reshape(lay.natural_out_shape) * win).reshape(
+                ctx.updates_shape)
+    return grad_input, None, grad_updates, None, None, None, None, None, None
 
 
-def _scatter_nd_inplace_autograd(input, indices, updates, *args):
-    """Autograd key of the in-place op: refuse tensors that require grad, as torch's in-place
-    ops refuse a leaf; otherwise run below autograd."""
-    _refuse_grad_in_place(input, updates)
+def _scatter_nd_jvp(ctx, input_t, _i, updates_t, *_):
+    """Linear in (input, updates) for "none" and "add": scatter the tangents the same way."""
+    (indices,) = ctx.saved_tensors
+    red = ctx.reduction
+    if red not in ("none", "add"):
+        _refuse_derivative(red, "forward-mode derivative")
+    if input_t is None and updates_t is None:
+        return None
+    ref = input_t if input_t is not None else updates_t
+    if input_t is None:
+        input_t = ref.new_zeros(ctx.input_shape)
+    if updates_t is None:
+        updates_t = ref.new_zeros(ctx.updates_shape)
+    return SCATTER_ND.call(input_t, indices, updates_t, red, *ctx.counts, "permissive", False,
+                           ctx.deterministic)
+
+
+class _ScatterNDInplace(torch.autograd.Function):
+    """scatter_nd_ recorded for autograd, as torch records index_copy_ / index_put_: the target
+    is marked dirty; its previous values get the gradient with the overwritten positions zeroed
+    ("none") or the whole gradient ("add"), the updates the gathered gradient (the winning
+    duplicate's, for "none")."""
+
+    @staticmethod
+    def forward(ctx, input, indices, updates, *rest):
+        with torch._C._AutoDispatchBelowAutograd():
+            _INPLACE_OP(input, indices, updates, *rest)
+        ctx.mark_dirty(input)
+        _scatter_nd_setup_context(ctx, (input, indices, updates) + rest, input)
+        return input
+
+    backward = staticmethod(_scatter_nd_backward)
+
+
+def _scatter_nd_inplace_autograd(keyset, input, indices, updates, *args, **kwargs):
+    """Autograd key of the in-place op: record it when the target or the updates require grad
+    (a leaf that requires grad is refused, as by torch's in-place ops); otherwise run below
+    autograd."""
+    if _autograd.derivative_needed((input, updates)):
+        _check_in_place_grad(input, updates)
+        args, _ = fill_defaults(_INPLACE_OP._schema, (input, indices, updates) + args, kwargs)
+        _ScatterNDInplace.apply(*_last_wins(args))
+        return None
     with torch._C._AutoDispatchBelowAutograd():
-        return torch.ops.torch_dml_ops.scatter_nd_.default(input, indices, updates, *args)
+        return _INPLACE_OP.redispatch(keyset & torch._C._after_autograd_keyset, input, indices,
+                                      updates, *args, **kwargs)
 
 
-def _refuse_grad_in_place(input, updates):
-    if torch.is_grad_enabled() and (input.requires_grad or updates.requires_grad):
-        which = "input" if input.requires_grad else "updates"
-        leaf = " (a leaf Variable that requires grad)" if which == "input" and input.is_leaf else ""
+def _check_in_place_grad(input, updates) -> None:
+    if _autograd.forward_ad_active() or torch._C._are_functorch_transforms_active():
         raise RuntimeError(
-            f"scatter_nd_(): {which}{leaf} requires grad, but the in-place scatter is not "
-            f"differentiable; use the functional torch_dml_ops.scatter_nd, or wrap the call in "
-            f"torch.no_grad()"
-        )
+            "scatter_nd_: forward-mode AD and torch.func transforms are not supported through "
+            "the in-place scatter; use the functional torch_dml_ops.scatter_nd")
+    if torch.is_grad_enabled() and input.requires_grad and input.is_leaf:
+        raise RuntimeError(
+            "scatter_nd_: InputTensor is a leaf Variable that requires grad, which is being used "
+            "in an in-place operation; clone it first, or use the functional "
+            "torch_dml_ops.scatter_nd")
 
 
 # One kernel for every device; it picks Triton or the portable path per call.
 lib.impl("scatter_nd", _scatter_nd_impl, "CompositeExplicitAutograd")
 lib.impl("scatter_nd_out", _scatter_nd_out_impl, "CompositeExplicitAutograd")
 lib.impl("scatter_nd_", _scatter_nd_inplace_impl, "CompositeExplicitAutograd")
-lib.impl("scatter_nd_", _scatter_nd_inplace_autograd, "Autograd")
 # Shapes without data: FakeTensor, meta, torch.compile, torch.export.
 torch.library.register_fake("torch_dml_ops::scatter_nd", _scatter_nd_fake, lib=lib)
 torch.library.register_fake("torch_dml_ops::scatter_nd_out", _scatter_nd_out_fake, lib=lib)
 torch.library.register_fake("torch_dml_ops::scatter_nd_", _scatter_nd_inplace_fake, lib=lib)
-# Gradients w.r.t. input and updates (first and second order).
-torch.library.register_autograd("torch_dml_ops::scatter_nd", _scatter_nd_backward,
-                                setup_context=_scatter_nd_setup_context, lib=lib)
+# Gradients w.r.t. input and updates, both modes, any order.
+SCATTER_ND = _autograd.Differentiable("scatter_nd", _autograd.make_function(
+    "ScatterND", torch.ops.torch_dml_ops.scatter_nd.default, _scatter_nd_setup_context,
+    _scatter_nd_backward, _scatter_nd_jvp), prepare=_last_wins)
+_autograd.register_out("scatter_nd_out", "scatter_nd")
+_INPLACE_OP = torch.ops.torch_dml_ops.scatter_nd_.default
+lib.impl("scatter_nd_", _scatter_nd_inplace_autograd, "Autograd", with_keyset=True)
 
 
 def _scatter_nd_vmap(info, in_dims, input, indices, updates, reduction="none",
                      input_dimension_count=None, indices_dimension_count=None,
-                     feature_level="permissive", check_indices=True):
+                     feature_level="permissive", check_indices=True, deterministic=False):
     """torch.vmap: the vmapped dimension becomes one more leading coordinate of every tuple."""
     if input_dimension_count is not None or indices_dimension_count is not None:
         raise ValueError("scatter_nd: torch.vmap supports the natural form only (a vmapped "
@@ -228,7 +340,7 @@ def _scatter_nd_vmap(info, in_dims, input, indices, updates, reduction="none",
     coord = torch.arange(b, device=i.device).to(i.dtype)
     coord = coord.view((b,) + (1,) * (i.dim() - 1)).expand(tuple(i.shape[:-1]) + (1,))
     out = _OP(x, torch.cat([coord, i], dim=-1), u, reduction, None, None, "permissive",
-              check_indices)
+              check_indices, deterministic)
     return out, 0
 
 
@@ -237,7 +349,6 @@ torch.library.register_vmap("torch_dml_ops::scatter_nd", _scatter_nd_vmap, lib=l
 
 _OP = torch.ops.torch_dml_ops.scatter_nd.default
 _OUT_OP = torch.ops.torch_dml_ops.scatter_nd_out.default
-_INPLACE_OP = torch.ops.torch_dml_ops.scatter_nd_.default
 
 
 def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
@@ -267,12 +378,15 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         out: optional preallocated result (input's shape, dtype, device; no overlap).
 
     Duplicate tuples with ``reduction="none"`` (invalid in DirectML): each slot holds one of
-    the duplicates' updates, never a mix; under ``torch.use_deterministic_algorithms(True)``
-    exactly the last one in index order, on every backend.
+    the duplicates' updates, never a mix; exactly the last one in index order, on every backend,
+    under ``torch.use_deterministic_algorithms(True)`` and whenever the call is recorded for
+    autograd (the updates or the input require grad).
 
-    Gradients: for "none", grad_input is the output gradient with the overwritten positions
-    zeroed and grad_updates the gradient gathered at the indices; for "add", grad_input is the
-    gradient and grad_updates the gathered gradient.  "mul", "max", "min" raise in backward.
+    Gradients (reverse and forward mode, torch.func): for "none", grad_input is the output
+    gradient with the overwritten positions zeroed and grad_updates the gradient gathered at the
+    indices for the winning (last) duplicate of each slice, zero for the overwritten ones; for
+    "add", grad_input is the gradient and grad_updates the gathered gradient for every tuple.
+    "mul", "max", "min" raise when a derivative is taken.
 
     Example:
         >>> scatter_nd(torch.tensor([1., 2, 3, 4, 5, 6, 7, 8]), torch.tensor([[4], [3], [1], [7]]),
@@ -284,13 +398,11 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         if _backend.plain_eager_call((input, indices, updates), (input, updates)):
             return _scatter_nd_impl(input, indices, updates, reduction, input_dimension_count,
                                     indices_dimension_count, level, check_indices)
-        return _OP(input, indices, updates, reduction, input_dimension_count,
-                   indices_dimension_count, level, check_indices)
-    if torch.is_grad_enabled() and (input.requires_grad or updates.requires_grad):
-        raise RuntimeError(
-            "scatter_nd(): functions with out=... arguments don't support automatic "
-            "differentiation, but one of the arguments requires grad."
-        )
+        return SCATTER_ND.call(input, indices, updates, reduction, input_dimension_count,
+                               indices_dimension_count, level, check_indices, False)
+    if torch.is_grad_enabled() and (input.requires_grad or updates.requires_grad
+                                    or out.requires_grad):
+        raise RuntimeError(_autograd.refuse_out_grad("scatter_nd"))
     if _backend.plain_eager_call((input, indices, updates, out), ()):
         _scatter_nd_out_impl(input, indices, updates, reduction, input_dimension_count,
                              indices_dimension_count, level, check_indices, out=out)
@@ -306,12 +418,14 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
                 check_indices: bool = True) -> torch.Tensor:
     """In-place :func:`scatter_nd`: writes ``updates`` into ``input`` itself and returns it.
 
-    Skips the copy of the input (KV-cache updates).  Refuses tensors that require grad (use the
-    functional form).  A failing call (bad index, shape, dtype) leaves ``input`` unmodified.
+    Skips the copy of the input (KV-cache updates).  Recorded for autograd like torch's
+    ``index_copy_``: the gradient reaches the updates (the winning duplicate's, for "none") and
+    the target's previous values (zero at the overwritten positions, for "none"); a leaf that
+    requires grad is refused, as by every in-place op.  A failing call (bad index, shape, dtype)
+    leaves ``input`` unmodified.
     """
     level = _state.level
-    _refuse_grad_in_place(input, updates)
-    if _backend.plain_eager_call((input, indices, updates), ()):
+    if _backend.plain_eager_call((input, indices, updates), (input, updates)):
         _scatter_nd_inplace_impl(input, indices, updates, reduction, input_dimension_count,
                                  indices_dimension_count, level, check_indices)
     else:

@@ -19,13 +19,14 @@ import enum
 from typing import NamedTuple, Union
 
 import torch
+import torch.utils._pytree as _pytree
 
-from . import _backend, _native_topk
+from . import _autograd, _backend, _native_topk
 from ._fallback import top_k1_torch
 from ._library import lib
-from ._validation import _state, check_top_k1
+from ._validation import _state, as_int, check_top_k1, resolved
 
-__all__ = ["top_k1", "AxisDirection", "TopK1Result"]
+__all__ = ["top_k1", "topk", "AxisDirection", "TopK1Result"]
 
 
 class AxisDirection(enum.IntEnum):
@@ -42,15 +43,23 @@ class TopK1Result(NamedTuple):
     indices: torch.Tensor
 
 
+# torch.export.save serializes a program's output structure by name.
+_pytree._register_namedtuple(TopK1Result, serialized_type_name="torch_dml_ops.TopK1Result")
+
+
+# index_dtype: None means int64.  (A ScalarType default would be serialized as an int by
+# AOTInductor when the argument equals it, and the package then fails to load.)
 lib.define("top_k1(Tensor input, int k, int axis=-1, str direction='decreasing', "
-           "ScalarType index_dtype=long, str feature_level='permissive') "
+           "ScalarType? index_dtype=None, str feature_level='permissive') "
            "-> (Tensor values, Tensor indices)")
 
 
-def _top_k1_impl(input, k, axis=-1, direction="decreasing", index_dtype=torch.int64,
+def _top_k1_impl(input, k, axis=-1, direction="decreasing", index_dtype=None,
                  feature_level="permissive"):
+    index_dtype = torch.int64 if index_dtype is None else index_dtype
     ax = check_top_k1(input, k, axis, direction, index_dtype, feature_level)
     largest = direction == "decreasing"
+    input = resolved(input)
     backend = _backend.backend_for(input)
     if backend == "triton":
         from . import triton_kernels as tk
@@ -61,8 +70,9 @@ def _top_k1_impl(input, k, axis=-1, direction="decreasing", index_dtype=torch.in
     return top_k1_torch(input, k, ax, largest, index_dtype)
 
 
-def _top_k1_fake(input, k, axis=-1, direction="decreasing", index_dtype=torch.int64,
+def _top_k1_fake(input, k, axis=-1, direction="decreasing", index_dtype=None,
                  feature_level="permissive"):
+    index_dtype = torch.int64 if index_dtype is None else index_dtype
     ax = check_top_k1(input, k, axis, direction, index_dtype, feature_level)
     shape = list(input.shape)
     shape[ax] = k
@@ -71,7 +81,9 @@ def _top_k1_fake(input, k, axis=-1, direction="decreasing", index_dtype=torch.in
 
 def _top_k1_setup_context(ctx, inputs, output):
     input, k, axis = inputs[:3]
+    ctx.mark_non_differentiable(output[1])
     ctx.save_for_backward(output[1])
+    ctx.save_for_forward(output[1])
     ctx.axis = axis % input.dim()
     ctx.input_shape = tuple(input.shape)
 
@@ -87,19 +99,29 @@ def _top_k1_backward(ctx, grad_values, grad_indices):
     return grad_input, None, None, None, None, None
 
 
+def _top_k1_jvp(ctx, input_t, *_):
+    """The values' tangent is the input's tangent at the selected indices."""
+    (indices,) = ctx.saved_tensors
+    if input_t is None:
+        return None, None
+    return input_t.gather(ctx.axis, indices.to(torch.int64)), None
+
+
 # One kernel for every device; it picks Triton, the native CPU kernel or the portable path.
 lib.impl("top_k1", _top_k1_impl, "CompositeExplicitAutograd")
 # Shapes without data: FakeTensor, meta, torch.compile, torch.export.
 torch.library.register_fake("torch_dml_ops::top_k1", _top_k1_fake, lib=lib)
-# Gradient w.r.t. the input values (first and second order).
-torch.library.register_autograd("torch_dml_ops::top_k1", _top_k1_backward,
-                                setup_context=_top_k1_setup_context, lib=lib)
-# The indices output is an integer tensor: not differentiable.
+# Gradient w.r.t. the input values, both modes, any order (the indices output is an integer
+# tensor: not differentiable).
+TOP_K1 = _autograd.Differentiable("top_k1", _autograd.make_function(
+    "TopK1", torch.ops.torch_dml_ops.top_k1.default, _top_k1_setup_context, _top_k1_backward,
+    _top_k1_jvp))
 
 
 def _top_k1_vmap(info, in_dims, input, k, axis=-1, direction="decreasing",
-                 index_dtype=torch.int64, feature_level="permissive"):
+                 index_dtype=None, feature_level="permissive"):
     """torch.vmap: the vmapped dimension is one more leading dimension; the axis shifts past it."""
+    index_dtype = torch.int64 if index_dtype is None else index_dtype
     ax = check_top_k1(_backend.logical(input, in_dims[0]), k, axis, direction, index_dtype,
                       feature_level)
     (x,) = _backend.vmap_operands(info, in_dims[:1], (input,))
@@ -162,9 +184,71 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
         TopK1Result(values=tensor([3., 2., 2.]), indices=tensor([3, 1, 2]))
     """
     d = _direction(direction)
+    k, axis = as_int("top_k1", "k", k), as_int("top_k1", "axis", axis)
     level = _state.level
     if _backend.plain_eager_call((input,), (input,)):
         v, i = _top_k1_impl(input, k, axis, d, index_dtype, level)
     else:
-        v, i = _OP(input, k, axis, d, index_dtype, level)
+        v, i = TOP_K1.call(input, k, axis, d, index_dtype, level)
     return TopK1Result(v, i)
+
+
+def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True,
+         *, out=None):
+    """A drop-in, stable :func:`torch.topk`: the same arguments, accepted inputs and return type
+    (``torch.return_types.topk``), with :func:`top_k1`'s order: among equal values the lower
+    index first, and at the k-th boundary the lowest-indexed ties are selected; NaN above +inf.
+
+    Beyond ``top_k1``'s DirectML rules it takes what ``torch.topk`` takes: ``k = 0`` (empty
+    results), 0-dim tensors (``k`` 0 or 1, ``dim`` -1 or 0), and ``out=(values, indices)``
+    (resized like torch's ``out=`` tensors; indices are int64).  ``sorted=False`` is accepted and
+    the result is sorted anyway (torch allows any order then).  Every dtype of ``top_k1`` works,
+    including the unsigned ones and bool that ``torch.topk`` refuses.  Differentiable like
+    ``top_k1`` (w.r.t. ``input``, both modes).
+    """
+    if not isinstance(input, torch.Tensor):
+        raise TypeError(f"topk(): argument 'input' must be Tensor, not {type(input).__name__}")
+    k, dim = as_int("topk", "k", k), as_int("topk", "dim", dim)
+    for name, v in (("largest", largest), ("sorted", sorted)):
+        if not isinstance(v, bool):
+            raise TypeError(f"topk(): argument '{name}' must be bool, not {type(v).__name__}")
+    r = input.dim()
+    if not -max(r, 1) <= dim < max(r, 1):
+        raise IndexError(f"topk(): Dimension out of range (expected to be in range of "
+                         f"[{-max(r, 1)}, {max(r, 1) - 1}], but got {dim})")
+    n = input.shape[dim] if r else 1
+    if not 0 <= k <= n:
+        raise RuntimeError(f"topk(): selected index k out of range: k={k} for a dimension of "
+                           f"size {n}")
+    direction = "decreasing" if largest else "increasing"
+    if r == 0:
+        # torch.topk returns 0-dim results for a 0-dim input, k = 0 included.
+        v, i = top_k1(input.reshape(1), 1, 0, direction)
+        v, i = v.reshape(()), i.reshape(())
+    elif k == 0:
+        ax = dim % r
+        v = input.narrow(ax, 0, 0).clone()
+        i = torch.empty(v.shape, dtype=torch.int64, device=input.device)
+    else:
+        v, i = top_k1(input, k, dim, direction)
+    if out is not None:
+        if not (isinstance(out, (tuple, list)) and len(out) == 2
+                and all(isinstance(t, torch.Tensor) for t in out)):
+            raise TypeError("topk(): argument 'out' must be a tuple of two Tensors "
+                            "(values, indices)")
+        ov, oi = out
+        if ov.dtype != v.dtype or oi.dtype != torch.int64:
+            raise TypeError(f"topk(): out tensors must have dtypes {v.dtype} and torch.int64, "
+                            f"got {ov.dtype} and {oi.dtype}")
+        if torch.is_grad_enabled() and (input.requires_grad or ov.requires_grad):
+            raise RuntimeError("topk(): functions with out=... arguments don't support "
+                               "automatic differentiation, but one of the arguments requires "
+                               "grad.")
+        if ov.shape != v.shape:
+            ov.resize_(v.shape)
+        if oi.shape != i.shape:
+            oi.resize_(i.shape)
+        ov.copy_(v)
+        oi.copy_(i)
+        v, i = ov, oi
+    return torch.return_types.topk((v, i))

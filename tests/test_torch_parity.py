@@ -1,0 +1,648 @@
+"""What a PyTorch user expects of any op: derivatives in every mode and through torch.func,
+in-place autograd, torch's write rules (out=, in-place, overlap, inference tensors, neg views),
+argument types, thread-safe feature levels.  Each test failed before its fix."""
+import threading
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+from torch.func import grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
+
+import torch_dml_ops as tdo
+from torch_dml_ops import _native
+
+from conftest import TRITON_OK
+
+CPU_BACKENDS = ["torch"] + (["native"] if _native.available() else []) + (
+    ["triton"] if TRITON_OK and not torch.cuda.is_available() else [])
+
+F64 = torch.float64
+
+
+@pytest.fixture(params=CPU_BACKENDS)
+def any_backend(request, monkeypatch):
+    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", request.param)
+    return request.param
+
+
+# ---------------------------------------------------------------------------- references
+
+GI = torch.tensor([[1, 0], [3, -1], [1, 0]])            # a duplicate tuple and a negative index
+
+
+def gather_ref(x):
+    return torch.stack([x[1, 0], x[3, -1], x[1, 0]])
+
+
+SI = torch.tensor([[1], [4], [1], [-5], [0]])            # rows 1 (three times) and 0 (twice)
+
+
+def scatter_ref(x, u, reduction="none"):
+    """Row by row, in index order, out of place (works under vmap and every transform)."""
+    rows = [x[r] for r in range(x.shape[0])]
+    for t in range(SI.shape[0]):
+        r = int(SI[t, 0]) % x.shape[0]
+        rows[r] = u[t] if reduction == "none" else rows[r] + u[t]
+    return torch.stack(rows)
+
+
+def topk_ref(x):
+    return torch.sort(x, dim=1, descending=True, stable=True).values[:, :3]
+
+
+OPS = {
+    "gather_nd": (lambda x: tdo.gather_nd(x, GI), gather_ref, (5, 4, 2)),
+    "top_k1": (lambda x: tdo.top_k1(x, 3, 1).values, topk_ref, (4, 7)),
+    "scatter_nd_input": (lambda x: tdo.scatter_nd(x, SI, torch.ones(5, 3, dtype=F64)),
+                         lambda x: scatter_ref(x, torch.ones(5, 3, dtype=F64)), (6, 3)),
+    "scatter_nd_updates": (lambda u: tdo.scatter_nd(torch.ones(6, 3, dtype=F64), SI, u),
+                           lambda u: scatter_ref(torch.ones(6, 3, dtype=F64), u), (5, 3)),
+    "scatter_nd_add": (lambda u: tdo.scatter_nd(torch.ones(6, 3, dtype=F64), SI, u, "add"),
+                       lambda u: scatter_ref(torch.ones(6, 3, dtype=F64), u, "add"), (5, 3)),
+}
+
+
+# ---------------------------------------------------------------- forward mode (item 6)
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_jvp_and_forward_ad_match_the_reference(name, any_backend):
+    f, ref, shape = OPS[name]
+    x = torch.randn(shape, dtype=F64)
+    t = torch.randn(shape, dtype=F64)
+    want = jvp(ref, (x,), (t,))[1]
+    assert want.abs().sum() > 0
+    torch.testing.assert_close(jvp(f, (x,), (t,))[1], want)
+    with fwAD.dual_level():
+        got = fwAD.unpack_dual(f(fwAD.make_dual(x, t))).tangent
+    assert got is not None
+    torch.testing.assert_close(got, want)
+
+
+def test_forward_ad_through_torch_ops_too():
+    x, t = torch.randn(5, 4, dtype=F64), torch.randn(5, 4, dtype=F64)
+    with fwAD.dual_level():
+        out = torch.ops.torch_dml_ops.gather_nd(fwAD.make_dual(x, t), torch.tensor([[1], [3]]))
+        tangent = fwAD.unpack_dual(out).tangent
+    torch.testing.assert_close(tangent, t[[1, 3]])
+
+
+@pytest.mark.parametrize("reduction", ["mul", "max", "min"])
+def test_forward_ad_of_a_nondifferentiable_reduction_raises(reduction):
+    x = torch.randn(4, dtype=F64)
+    with pytest.raises(RuntimeError, match="not implemented"):
+        jvp(lambda x: tdo.scatter_nd(x, torch.tensor([[1]]), torch.ones(1, dtype=F64),
+                                     reduction), (x,), (torch.ones_like(x),))
+
+
+# -------------------------------------------------------------- torch.func (item 16)
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_torch_func_transforms_match_the_reference(name, any_backend):
+    f, ref, shape = OPS[name]
+    x = torch.randn(shape, dtype=F64)
+    torch.testing.assert_close(jacrev(f)(x), jacrev(ref)(x))
+    torch.testing.assert_close(jacfwd(f)(x), jacrev(ref)(x))
+
+    def cube(fn):
+        return lambda a: (fn(a) ** 3).sum()
+    torch.testing.assert_close(grad(cube(f))(x), grad(cube(ref))(x))
+    torch.testing.assert_close(hessian(cube(f))(x), hessian(cube(ref))(x))
+    out, vjp_fn = vjp(f, x)
+    cot = torch.randn_like(out)
+    torch.testing.assert_close(vjp_fn(cot)[0], vjp(ref, x)[1](cot)[0])
+    xb = torch.randn((3,) + shape, dtype=F64)
+    torch.testing.assert_close(vmap(grad(cube(f)))(xb), vmap(grad(cube(ref)))(xb))
+    torch.testing.assert_close(vmap(jvp, in_dims=(None, 0, 0))(f, (xb,), (xb,))[1],
+                               vmap(jvp, in_dims=(None, 0, 0))(ref, (xb,), (xb,))[1])
+
+
+def test_torch_func_grad_through_torch_ops():
+    x = torch.randn(5, 4, dtype=F64)
+    g = grad(lambda a: torch.ops.torch_dml_ops.gather_nd(a, torch.tensor([[1], [1]])).sum())(x)
+    torch.testing.assert_close(g, torch.zeros(5, 4, dtype=F64).index_fill_(0, torch.tensor([1]),
+                                                                           2.0))
+
+
+# ------------------------------------------------- gradients with duplicates (item 5)
+
+def test_scatter_gradient_follows_the_winning_duplicate(any_backend):
+    x = torch.zeros(3, requires_grad=True)
+    u = torch.tensor([1., 2.], requires_grad=True)
+    out = tdo.scatter_nd(x, torch.tensor([[1], [1]]), u)
+    assert out.tolist() == [0., 2., 0.]
+    out.sum().backward()
+    assert u.grad.tolist() == [0., 1.]
+    assert x.grad.tolist() == [1., 0., 1.]
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_scatter_gradcheck_with_duplicates(reduction, index_dtype, any_backend):
+    x = torch.randn(6, 3, dtype=F64, requires_grad=True)
+    u = torch.randn(5, 3, dtype=F64, requires_grad=True)
+    i = SI.to(index_dtype)
+
+    def f(x, u):
+        return tdo.scatter_nd(x, i, u, reduction)
+    assert torch.autograd.gradcheck(f, (x, u), check_forward_ad=True, check_batched_grad=True,
+                                    check_batched_forward_grad=True)
+    assert torch.autograd.gradgradcheck(f, (x, u))
+
+
+def test_scatter_gradcheck_with_duplicates_dml_form_and_elements():
+    x = torch.randn(1, 4, 5, dtype=F64, requires_grad=True)
+    i = torch.tensor([[[0, 1], [3, 4], [0, 1], [0, -4]]])    # (0, 1) three times
+    u = torch.randn(1, 1, 4, dtype=F64, requires_grad=True)
+
+    def f(x, u):
+        return tdo.scatter_nd(x, i, u, input_dimension_count=2, indices_dimension_count=2)
+    assert torch.autograd.gradcheck(f, (x, u), check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(f, (x, u))
+    f(x, u).sum().backward()
+    assert u.grad.flatten().tolist() == [0., 1., 0., 1.]
+
+
+def test_recorded_scatter_is_deterministic_on_many_duplicates(any_backend):
+    # Element scatters outside deterministic mode may keep any duplicate; a recorded one keeps
+    # the last, so that its gradient is right.
+    n = 1 << 16
+    x = torch.zeros(8)
+    i = torch.randint(0, 8, (n, 1))
+    u = torch.randn(n, requires_grad=True)
+    out = tdo.scatter_nd(x, i, u)
+    last = {int(r): t for t, r in enumerate(i[:, 0])}
+    want = torch.zeros(8)
+    for r, t in last.items():
+        want[r] = u[t]
+    assert torch.equal(out.detach(), want)
+    out.sum().backward()
+    assert int(u.grad.sum()) == len(last)
+    assert all(u.grad[t] == 1 for t in last.values())
+
+
+def test_gather_gradcheck_with_duplicates(any_backend):
+    x = torch.randn(5, 4, 2, dtype=F64, requires_grad=True)
+    f = lambda x: tdo.gather_nd(x, GI)  # noqa: E731
+    assert torch.autograd.gradcheck(f, (x,), check_forward_ad=True, check_batched_grad=True,
+                                    check_batched_forward_grad=True)
+    assert torch.autograd.gradgradcheck(f, (x,))
+
+
+def test_compiled_training_step_matches_eager():
+    x = torch.randn(6, 3, dtype=F64)
+    u = torch.randn(5, 3, dtype=F64)
+
+    def step(x, u):
+        return (tdo.scatter_nd(x, SI, u) ** 2).sum() + tdo.gather_nd(x, GI[:, :1]).sum()
+    compiled = torch.compile(step, fullgraph=True)
+    grads = []
+    for fn in (step, compiled):
+        a, b = x.clone().requires_grad_(), u.clone().requires_grad_()
+        fn(a, b).backward()
+        grads.append((a.grad, b.grad))
+    torch.testing.assert_close(grads[0], grads[1])
+    assert grads[1][1][0].abs().sum() == 0          # tuple 0 lost to tuple 2
+
+
+# ------------------------------------------------------ in-place autograd (item 17)
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_inplace_scatter_is_recorded_like_index_copy(reduction, any_backend):
+    w = torch.randn(6, 3, dtype=F64, requires_grad=True)
+    u = torch.randn(5, 3, dtype=F64, requires_grad=True)
+    weight = torch.arange(18, dtype=F64).reshape(6, 3)
+
+    def ours(w, u):
+        y = w * 2
+        tdo.scatter_nd_(y, SI, u, reduction)
+        return y
+
+    def ref(w, u):
+        return scatter_ref(w * 2, u, reduction)
+    y = ours(w, u)
+    assert y.grad_fn is not None
+    (y * weight).sum().backward()
+    g_ours = (w.grad, u.grad)
+    w.grad = u.grad = None
+    (ref(w, u) * weight).sum().backward()
+    torch.testing.assert_close(g_ours, (w.grad, u.grad))
+    assert torch.autograd.gradcheck(ours, (w, u))
+
+
+def test_inplace_scatter_into_a_view_rebases_the_base():
+    w = torch.randn(4, 6, dtype=F64, requires_grad=True)
+    u = torch.randn(2, 4, dtype=F64, requires_grad=True)
+    cache = w.clone()
+    view = cache.t()[:, :]                         # a transposed view of the cache: 6 x 4
+    tdo.scatter_nd_(view, torch.tensor([[5], [0]]), u)
+    cache.sum().backward()
+    assert torch.equal(cache.t()[5].detach(), u[0].detach())
+    want = torch.ones(4, 6, dtype=F64)
+    want[:, [0, 5]] = 0
+    assert torch.equal(w.grad, want)
+    assert torch.equal(u.grad, torch.ones(2, 4, dtype=F64))
+
+
+def test_inplace_scatter_refuses_a_view_of_a_leaf_that_requires_grad():
+    leaf = torch.zeros(4, 3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf"):
+        tdo.scatter_nd_(leaf[1:], torch.tensor([[0]]), torch.ones(1, 3))
+    assert leaf.abs().sum() == 0
+
+
+def test_inplace_scatter_under_torch_func_says_to_use_the_functional_op():
+    with pytest.raises(RuntimeError, match="functional"):
+        jvp(lambda x: tdo.scatter_nd_(x * 1, torch.tensor([[1]]), torch.ones(1, 3)),
+            (torch.zeros(4, 3),), (torch.ones(4, 3),))
+
+
+# -------------------------------------------- writes the dispatcher would refuse (item 8)
+
+def _gather_out(out):
+    return tdo.gather_nd(torch.arange(4.), torch.tensor([[1], [2]]), out=out)
+
+
+def _scatter_out(out):
+    return tdo.scatter_nd(torch.zeros(2), torch.tensor([[1]]), torch.ones(1), out=out)
+
+
+@pytest.mark.parametrize("write", [_gather_out, _scatter_out])
+@pytest.mark.parametrize("how", ["parameter", "view of a leaf"])
+def test_out_that_requires_grad_is_refused(write, how, any_backend):
+    if how == "parameter":
+        out = torch.nn.Parameter(torch.full((2,), 7.))
+        target = out
+    else:
+        out = torch.full((3,), 7., requires_grad=True)
+        target = out[:2]
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        write(target)
+    assert torch.equal(out.detach(), torch.full(out.shape, 7.))
+    with torch.no_grad():                          # allowed without grad mode, as in torch
+        write(target)
+    assert out[1] != 7.
+
+
+@pytest.mark.parametrize("op", ["gather_nd_out", "scatter_nd_out"])
+def test_out_that_requires_grad_is_refused_through_torch_ops(op):
+    p = torch.nn.Parameter(torch.full((2,), 7.))
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        if op == "gather_nd_out":
+            torch.ops.torch_dml_ops.gather_nd_out(torch.arange(4.), torch.tensor([[1], [2]]),
+                                                  out=p)
+        else:
+            torch.ops.torch_dml_ops.scatter_nd_out(torch.zeros(2), torch.tensor([[1]]),
+                                                   torch.ones(1), out=p)
+    assert torch.equal(p.detach(), torch.full((2,), 7.))
+
+
+@pytest.mark.parametrize("write", ["gather out", "scatter out", "scatter in place"])
+def test_inference_tensor_outside_inference_mode_is_refused(write, any_backend):
+    with torch.inference_mode():
+        t = torch.full((2,), 7.)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside "
+                                           "InferenceMode"):
+        if write == "gather out":
+            _gather_out(t)
+        elif write == "scatter out":
+            _scatter_out(t)
+        else:
+            tdo.scatter_nd_(t, torch.tensor([[1]]), torch.ones(1))
+    assert torch.equal(t, torch.full((2,), 7.))
+    with torch.inference_mode():
+        tdo.scatter_nd_(t, torch.tensor([[1]]), torch.ones(1))
+    assert t[1] == 1.
+
+
+@pytest.mark.parametrize("write", ["gather out", "scatter out", "scatter in place"])
+def test_every_write_bumps_the_version_counter(write, any_backend):
+    t = torch.zeros(2)
+    v = t._version
+    if write == "gather out":
+        _gather_out(t)
+    elif write == "scatter out":
+        _scatter_out(t)
+    else:
+        tdo.scatter_nd_(t, torch.tensor([[1]]), torch.ones(1))
+    assert t._version > v
+
+
+def test_saved_tensor_overwritten_by_out_is_detected():
+    a = torch.randn(2, requires_grad=True)
+    b = torch.zeros(2)
+    y = a * b                                      # saves b
+    _gather_out(b)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+# ---------------------------------------------- self-overlapping targets (item 7)
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.zeros(32).as_strided((4, 4), (1, 1)),
+    lambda: torch.zeros(1, 4).expand(4, 4),
+    lambda: torch.zeros(32).as_strided((4, 4), (2, 1)),
+])
+@pytest.mark.parametrize("write", ["scatter in place", "scatter out", "gather out"])
+def test_self_overlapping_target_is_refused(make, write, any_backend):
+    t = make()
+    before = t.clone()
+    with pytest.raises(RuntimeError, match="single memory location"):
+        if write == "scatter in place":
+            tdo.scatter_nd_(t, torch.tensor([[1, 2]]), torch.tensor([5.]))
+        elif write == "scatter out":
+            tdo.scatter_nd(torch.zeros(4, 4), torch.tensor([[1, 2]]), torch.tensor([5.]), out=t)
+        else:
+            tdo.gather_nd(torch.zeros(4, 4, 4), torch.tensor([[1]]).expand(4, 1), out=t)
+    assert torch.equal(t, before)
+
+
+def test_interleaved_but_disjoint_target_is_written_through():
+    base = torch.zeros(8)
+    t = base.as_strided((2, 3), (3, 2))            # offsets 0 2 4 / 3 5 7: disjoint
+    tdo.scatter_nd_(t, torch.tensor([[1, 2]]), torch.tensor([5.]))
+    assert base[7] == 5. and base.sum() == 5.
+
+
+# ---------------------------------------------------- negative-bit tensors (item 4)
+
+def test_neg_bit_data_is_read_with_its_sign(any_backend):
+    x = torch._neg_view(torch.arange(10.))
+    i = torch.tensor([[5], [8]])
+    assert tdo.gather_nd(x, i).tolist() == [-5., -8.]
+    assert tdo.top_k1(x, 2).values.tolist() == [-0., -1.]
+    assert tdo.top_k1(x, 2, direction="increasing").indices.tolist() == [9, 8]
+    s = tdo.scatter_nd(x, torch.tensor([[0]]), torch._neg_view(torch.tensor([3.])))
+    assert s[:3].tolist() == [-3., -1., -2.]
+
+
+def test_neg_bit_indices_are_read_with_their_sign(any_backend):
+    i = torch._neg_view(torch.tensor([[1], [3]]))
+    assert tdo.gather_nd(torch.arange(10.), i).tolist() == [9., 7.]
+    assert tdo.scatter_nd(torch.zeros(4), i, torch.tensor([1., 2.])).tolist() == [0., 2., 0., 1.]
+
+
+def test_imaginary_part_of_a_conjugate_is_a_neg_view(any_backend):
+    z = torch.tensor([1 + 5j]).conj()
+    x = z.imag
+    assert x.is_neg()
+    assert tdo.gather_nd(x, torch.tensor([[0]])).tolist() == [-5.]
+
+
+@pytest.mark.parametrize("write", ["gather out", "scatter out", "scatter in place"])
+def test_neg_bit_targets_are_written_through_the_negation(write, any_backend):
+    raw = torch.zeros(2)
+    t = torch._neg_view(raw)
+    if write == "gather out":
+        tdo.gather_nd(torch.tensor([3., 1.]), torch.tensor([[1], [0]]), out=t)
+        assert t.tolist() == [1., 3.]
+    elif write == "scatter out":
+        tdo.scatter_nd(torch.tensor([4., 4.]), torch.tensor([[1]]), torch.ones(1), out=t)
+        assert t.tolist() == [4., 1.]
+    else:
+        tdo.scatter_nd_(t, torch.tensor([[1]]), torch.ones(1))
+        assert t.tolist() == [0., 1.]
+    assert torch.equal(raw, -t.resolve_neg())
+
+
+# --------------------------------------------------------- argument types (item 12)
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: tdo.top_k1(torch.randn(5), 2.0), "k"),
+    (lambda: tdo.top_k1(torch.randn(5), True), "k"),
+    (lambda: tdo.top_k1(torch.randn(5), 2, 0.0), "axis"),
+    (lambda: tdo.top_k1(torch.randn(5), 2, index_dtype="int32"), "index_dtype"),
+    (lambda: tdo.gather_nd(torch.randn(2, 3), torch.zeros(2, 1, dtype=torch.long), 1.0),
+     "batch_dims"),
+    (lambda: tdo.gather_nd(torch.randn(2, 3), torch.zeros(2, 1, dtype=torch.long), True),
+     "batch_dims"),
+    (lambda: tdo.gather_nd(torch.randn(2, 3), [[0]]), "IndicesTensor"),
+    (lambda: tdo.scatter_nd(torch.randn(3), torch.tensor([[0]]), torch.ones(1), 3), "reduction"),
+    (lambda: tdo.scatter_nd(torch.randn(3), torch.tensor([[0]]), torch.ones(1),
+                            check_indices=1), "check_indices"),
+    (lambda: torch.ops.torch_dml_ops.top_k1.default(torch.randn(5), 2.0), "k"),
+])
+def test_scalar_argument_types_are_checked_first_on_every_backend(call, name, any_backend):
+    with pytest.raises(TypeError, match=name):
+        call()
+
+
+def test_validation_cache_does_not_confuse_types():
+    x, i = torch.randn(2, 3), torch.zeros(2, 1, dtype=torch.long)
+    tdo.gather_nd(x, i, 1)
+    with pytest.raises(TypeError, match="batch_dims"):
+        tdo.gather_nd(x, i, 1.0)
+    tdo.top_k1(torch.randn(5), 1)
+    with pytest.raises(TypeError, match="k"):
+        tdo.top_k1(torch.randn(5), True)
+
+
+def test_integral_scalars_are_accepted_like_torch():
+    np = pytest.importorskip("numpy")
+    x = torch.randn(6)
+    assert torch.equal(tdo.top_k1(x, np.int64(2)).values, tdo.top_k1(x, 2).values)
+
+
+@pytest.mark.parametrize("op", ["gather_nd", "scatter_nd"])
+def test_out_dtype_mismatch_is_the_same_error_eager_and_compiled(op):
+    if op == "gather_nd":
+        def f(out):
+            return tdo.gather_nd(torch.arange(4.), torch.tensor([[1]]), out=out)
+    else:
+        def f(out):
+            return tdo.scatter_nd(torch.zeros(1), torch.tensor([[0]]), torch.ones(1), out=out)
+    bad = torch.zeros(1, dtype=torch.float64)
+    with pytest.raises(TypeError, match="dtype") as eager:
+        f(bad)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:
+        with pytest.raises(TypeError, match="dtype") as fake:
+            out = mode.from_tensor(bad)
+            if op == "gather_nd":
+                torch.ops.torch_dml_ops.gather_nd_out(mode.from_tensor(torch.arange(4.)),
+                                                      mode.from_tensor(torch.tensor([[1]])),
+                                                      out=out)
+            else:
+                torch.ops.torch_dml_ops.scatter_nd_out(mode.from_tensor(torch.zeros(1)),
+                                                       mode.from_tensor(torch.tensor([[0]])),
+                                                       mode.from_tensor(torch.ones(1)), out=out)
+    assert type(eager.value) is type(fake.value)
+
+
+# ------------------------------------------------- index dtype too narrow (item 3)
+
+@pytest.mark.parametrize("index_dtype, n", [(torch.int32, 2**31 + 6), (torch.uint32, 2**32 + 6)])
+def test_top_k1_refuses_an_index_dtype_too_narrow_for_the_axis(index_dtype, n, any_backend):
+    x = torch.zeros(1, dtype=torch.int8).expand(n)       # no memory behind it
+    with pytest.raises(tdo.ConstraintError, match=f"size {n} along Axis 0.*{index_dtype}"):
+        tdo.top_k1(x, 1, index_dtype=index_dtype)
+    with pytest.raises(tdo.ConstraintError, match="holds indices up to"):
+        torch.ops.torch_dml_ops.top_k1(torch.empty(n, device="meta"), 1, 0, "decreasing",
+                                       index_dtype)
+
+
+@pytest.mark.parametrize("index_dtype, n", [(torch.int32, 2**31), (torch.uint32, 2**32)])
+def test_top_k1_index_dtype_limit_is_exact(index_dtype, n):
+    # the largest index, n - 1, still fits: the fake kernel accepts the shape
+    v, i = torch.ops.torch_dml_ops.top_k1(torch.empty(n, device="meta"), 1, 0, "decreasing",
+                                          index_dtype)
+    assert i.dtype == index_dtype
+
+
+# ------------------------------------------- a feature-level object in threads (item 9)
+
+def test_one_feature_level_object_entered_in_two_threads():
+    # Thread a enters the shared object inside "3_0", thread b inside "permissive"; b enters
+    # after a and a leaves first: each must get back its own level.
+    level = tdo.feature_level("2_1")
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with tdo.feature_level("3_0"):
+            with level:
+                a_in.set()
+                b_in.wait(5)
+                seen["a in"] = tdo.get_feature_level()
+            seen["a after"] = tdo.get_feature_level()
+            a_out.set()
+
+    def b():
+        a_in.wait(5)
+        with level:
+            b_in.set()
+            a_out.wait(5)
+            seen["b in"] = tdo.get_feature_level()
+        seen["b after"] = tdo.get_feature_level()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"a in": "2_1", "a after": "3_0", "b in": "2_1", "b after": "permissive"}
+
+
+def test_one_feature_level_object_nests_in_one_thread():
+    level = tdo.feature_level("3_0")
+    with tdo.feature_level("2_1"):
+        with level:
+            with level:
+                assert tdo.get_feature_level() == "3_0"
+            assert tdo.get_feature_level() == "3_0"
+        assert tdo.get_feature_level() == "2_1"
+    assert tdo.get_feature_level() == "permissive"
+
+
+# ------------------------------------------------------ drop-in stable topk (item 18)
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                                   torch.int64, torch.int32, torch.int16, torch.int8,
+                                   torch.uint8])
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_matches_torch_topk_on_distinct_values(dtype, largest):
+    x = torch.randperm(60).to(dtype).reshape(3, 20)
+    for dim in (-1, 0, 1):
+        for k in (0, 1, 3, x.shape[dim]):
+            got, want = tdo.topk(x, k, dim, largest), torch.topk(x, k, dim, largest)
+            assert type(got) is type(want)
+            assert torch.equal(got.values, want.values) and torch.equal(got.indices, want.indices)
+            assert got.indices.dtype == torch.int64
+
+
+def test_topk_is_stable_where_torch_topk_is_not():
+    x = torch.tensor([1., 3, 3, 2, 3, float("nan"), 3])
+    got = tdo.topk(x, 3)
+    assert got.indices.tolist() == [5, 1, 2]
+    assert tdo.topk(x, 3, largest=False).indices.tolist() == [0, 3, 1]
+    s = torch.sort(x, descending=True, stable=True)
+    assert torch.equal(got.indices, s.indices[:3])
+
+
+@pytest.mark.parametrize("args", [(0,), (1,), (1, 0), (1, -1), (0, 0)])
+def test_topk_zero_dim_and_k_zero_like_torch(args):
+    for x in (torch.tensor(5.), torch.zeros(2, 0), torch.randn(3, 4)):
+        try:
+            want = torch.topk(x, *args)
+        except (RuntimeError, IndexError) as e:
+            with pytest.raises(type(e)):
+                tdo.topk(x, *args)
+            continue
+        got = tdo.topk(x, *args)
+        assert got.values.shape == want.values.shape and torch.equal(got.indices, want.indices)
+        assert torch.equal(got.values, want.values)
+
+
+def test_topk_rejects_what_torch_rejects():
+    x = torch.randn(3)
+    for bad in ((4,), (-1,), (1, 1), (1, -2)):
+        with pytest.raises((RuntimeError, IndexError)):
+            torch.topk(x, *bad)
+        with pytest.raises((RuntimeError, IndexError)):
+            tdo.topk(x, *bad)
+    with pytest.raises(TypeError):
+        tdo.topk(x, True)
+
+
+def test_topk_unsigned_and_bool_data_that_torch_topk_refuses():
+    x = torch.tensor([3, 70000, 5, 70000], dtype=torch.int64)
+    got = tdo.topk(x.to(torch.uint32), 2)
+    assert got.values.tolist() == [70000, 70000] and got.indices.tolist() == [1, 3]
+    assert tdo.topk(torch.tensor([False, True, True]), 1).indices.tolist() == [1]
+
+
+def test_topk_out_and_grad():
+    x = torch.randn(4, 6, dtype=F64, requires_grad=True)
+    v, i = tdo.topk(x, 2, sorted=False)
+    v.sum().backward()
+    want = torch.zeros(4, 6, dtype=F64).scatter(1, i, 1.0)
+    assert torch.equal(x.grad, want)
+    ov, oi = torch.empty(0, dtype=F64), torch.empty(0, dtype=torch.int64)
+    with torch.no_grad():
+        r = tdo.topk(x, 2, out=(ov, oi))
+    assert r.values is ov and r.indices is oi and ov.shape == (4, 2)
+    assert torch.equal(oi, torch.topk(x.detach(), 2).indices)
+    with pytest.raises(RuntimeError, match="automatic differentiation"):
+        tdo.topk(x, 2, out=(ov, oi))
+    with pytest.raises(TypeError, match="int64"):
+        tdo.topk(x.detach(), 2, out=(ov, oi.int()))
+
+
+# ----------------------------------- export save/load and AOTInductor packages (item 19)
+
+class _AllOps(torch.nn.Module):
+    def forward(self, x, cache, pos, rows):
+        r = tdo.top_k1(x, 3)                       # default index_dtype
+        u = tdo.top_k1(x, 2, axis=0, index_dtype=torch.uint32)
+        g = tdo.gather_nd(x, rows)
+        tdo.scatter_nd_(cache, pos, g[:, :4])
+        return r, u.values, cache * 1, tdo.scatter_nd(x, rows, g, "add")
+
+
+def _all_ops_args():
+    return (torch.randn(5, 8), torch.zeros(6, 4), torch.tensor([[1], [4]]),
+            torch.tensor([[2], [0]]))
+
+
+@pytest.mark.compile
+def test_export_save_load_runs_and_matches_eager(tmp_path):
+    args = _all_ops_args()
+    ep = torch.export.export(_AllOps(), tuple(a.clone() for a in args))
+    torch.export.save(ep, tmp_path / "m.pt2")
+    loaded = torch.export.load(tmp_path / "m.pt2").module()
+    want = _AllOps()(*(a.clone() for a in args))
+    got = loaded(*(a.clone() for a in args))
+    assert isinstance(got[0], tdo.TopK1Result)
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.compile
+def test_aot_inductor_package_compiles_loads_and_matches_eager(tmp_path):
+    args = _all_ops_args()
+    ep = torch.export.export(_AllOps(), tuple(a.clone() for a in args))
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / "m.pt2"))
+    runner = torch._inductor.aoti_load_package(path)
+    want = _AllOps()(*(a.clone() for a in args))
+    got = runner(*(a.clone() for a in args))
+    torch.testing.assert_close(tuple(got[0]), tuple(want[0]))
+    torch.testing.assert_close(tuple(got[1:]), tuple(want[1:]))
