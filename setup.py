@@ -34,6 +34,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     packages=["torch_dml_ops", "torch_dml_ops.bench", "torch_dml_ops.triton_kernels"],
+    # PEP 561: the package ships its type annotations.
+    package_data={"torch_dml_ops": ["py.typed"]},
     package_dir={"torch_dml_ops": "torch_dml_ops", "torch_dml_ops.triton_kernels": "triton_kernels"},
     ext_modules=[native],
     # torch.library.triton_op / register_fake / register_autograd / opcheck: torch 2.6 and newer.

@@ -99,3 +99,19 @@ def test_ci_runs_the_readme_test_command_verbatim_in_a_fresh_venv():
     venv_at = next(i for i, ln in enumerate(body) if "-m venv" in ln)
     activate_at = next(i for i, ln in enumerate(body) if "/bin/activate" in ln)
     assert venv_at < activate_at < len(body) - 1
+
+
+def test_wheel_ships_py_typed(wheel):
+    assert "torch_dml_ops/py.typed" in wheel.namelist()
+
+
+def test_torch_ops_overloads_have_docstrings():
+    import torch_dml_ops  # noqa: F401  (registers the ops)
+    ns = torch.ops.torch_dml_ops
+    for name in ("gather_nd", "gather_nd_out", "gather_nd_backward", "scatter_nd",
+                 "scatter_nd_out", "scatter_nd_", "top_k1"):
+        packet = getattr(ns, name)
+        assert packet.__doc__ and "Schema" in packet.__doc__, name
+        for overload in packet.overloads():
+            doc = getattr(packet, overload).__doc__
+            assert doc and f"{name}(" in doc, (name, overload)

@@ -646,3 +646,20 @@ def test_aot_inductor_package_compiles_loads_and_matches_eager(tmp_path):
     got = runner(*(a.clone() for a in args))
     torch.testing.assert_close(tuple(got[0]), tuple(want[0]))
     torch.testing.assert_close(tuple(got[1:]), tuple(want[1:]))
+
+
+# ---------------------------------------------------------- scatter_nd_ messages (item 21)
+
+@pytest.mark.parametrize("call", [
+    lambda x: tdo.scatter_nd_(x, torch.tensor([[9]]), torch.ones(1)),                 # index
+    lambda x: tdo.scatter_nd_(x, torch.tensor([[1]]), torch.ones(2)),                 # shape
+    lambda x: tdo.scatter_nd_(x, torch.tensor([[1]]), torch.ones(1, dtype=F64)),     # dtype
+    lambda x: tdo.scatter_nd_(x, torch.tensor([[1]]), torch.ones(1), "sum"),         # reduction
+    lambda x: tdo.scatter_nd_(x, torch.tensor([[1]]), x[:1]),                         # overlap
+])
+def test_scatter_nd_inplace_errors_name_the_inplace_op(call, any_backend):
+    x = torch.zeros(4)
+    with pytest.raises(Exception) as e:
+        call(x)
+    assert str(e.value).startswith("scatter_nd_:"), str(e.value)
+    assert torch.equal(x, torch.zeros(4))

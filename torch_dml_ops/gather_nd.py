@@ -24,7 +24,7 @@ from . import _autograd, _backend, _native_gather_scatter
 from ._fallback import (check_and_wrap_plan, gather_nd_torch, index_matrix,
                         linear_rows)
 from ._forms import GatherLayout, gather_layout
-from ._library import lib
+from ._library import document, lib
 from ._validation import (SIGNED_INDEX_DTYPES, _state, check_gather_nd, check_out,
                           as_int, check_out_meta, raise_index_error, resolved, written)
 
@@ -312,3 +312,15 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
         _OUT_OP(input, indices, batch_dims, input_dimension_count, indices_dimension_count, level,
                 check_indices, out=out)
     return out
+
+
+# Docstrings for torch.ops.torch_dml_ops.* (help() on the dispatcher's objects).
+document("gather_nd", """DML_OPERATOR_GATHER_ND / GATHER_ND1 (ONNX GatherND): the slices of ``input`` addressed by
+the index tuples in ``indices``, after ``batch_dims`` shared leading dimensions.  The registered
+op behind :func:`torch_dml_ops.gather_nd`, which documents every argument; ``feature_level`` is a
+canonical level name ("permissive", "2_1", "3_0", "3_1") and ``check_indices`` range-checks
+the indices.  Differentiable w.r.t. ``input`` (both modes, any order).""")
+document("gather_nd_out", """:func:`torch_dml_ops.gather_nd` into a preallocated ``out`` (exact shape and dtype, no
+overlap with the inputs, written only after every index is checked).  Not differentiable.""")
+document("gather_nd_backward", """The gradient of gather_nd w.r.t. its input: ``grad`` scatter-added at the gathered
+positions into zeros of ``input_shape`` (duplicates accumulate).  Linear; differentiable.""")

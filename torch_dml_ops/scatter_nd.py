@@ -27,7 +27,7 @@ from . import _autograd, _backend, _native, _native_gather_scatter
 from ._fallback import scatter_nd_torch
 from ._forms import GatherLayout, gather_layout
 from .gather_nd import GATHER_ND
-from ._library import lib
+from ._library import document, lib
 from ._validation import (SIGNED_INDEX_DTYPES, _state, check_out, check_out_meta,
                           check_scatter_nd, raise_index_error, resolved, written)
 
@@ -432,3 +432,15 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
         _INPLACE_OP(input, indices, updates, reduction, input_dimension_count,
                     indices_dimension_count, level, check_indices)
     return input
+
+
+# Docstrings for torch.ops.torch_dml_ops.* (help() on the dispatcher's objects).
+document("scatter_nd", """DML_OPERATOR_SCATTER_ND (ONNX ScatterND-18): a copy of ``input`` with ``updates`` written
+(``reduction`` "none") or combined ("add", "mul", "max", "min") at the index tuples.  The
+registered op behind :func:`torch_dml_ops.scatter_nd`, which documents every argument;
+``deterministic=True`` makes the last duplicate tuple in index order win for "none" (set for
+calls recorded by autograd, and implied by torch's deterministic mode).""")
+document("scatter_nd_out", """scatter_nd into a preallocated ``out`` (the input's shape and dtype, no overlap with the
+inputs, written only after every index is checked).  Not differentiable.""")
+document("scatter_nd_", """In-place scatter_nd (:func:`torch_dml_ops.scatter_nd_`): writes ``updates`` into
+``input`` itself, after every index is checked.  Recorded by autograd like ``index_copy_``.""")

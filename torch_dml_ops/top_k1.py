@@ -23,7 +23,7 @@ import torch.utils._pytree as _pytree
 
 from . import _autograd, _backend, _native_topk
 from ._fallback import top_k1_torch
-from ._library import lib
+from ._library import document, lib
 from ._validation import _state, as_int, check_top_k1, resolved
 
 __all__ = ["top_k1", "topk", "AxisDirection", "TopK1Result"]
@@ -252,3 +252,10 @@ def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorte
         oi.copy_(i)
         v, i = ov, oi
     return torch.return_types.topk((v, i))
+
+
+# Docstrings for torch.ops.torch_dml_ops.* (help() on the dispatcher's objects).
+document("top_k1", """DML_OPERATOR_TOP_K1: the ``k`` largest ("decreasing") or smallest ("increasing")
+elements along ``axis``, sorted, stable (the lower index first among equal values, NaN above
++inf).  The registered op behind :func:`torch_dml_ops.top_k1`; ``index_dtype`` None means
+int64.  Differentiable w.r.t. ``input`` (both modes, any order).""")
