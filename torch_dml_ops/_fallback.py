@@ -65,28 +65,41 @@ def first_bad_position(idx2: torch.Tensor, sizes: Sequence[int], signed: bool) -
 
 def check_and_wrap_plan(op: str, indices: torch.Tensor, idx2: torch.Tensor, sizes: Sequence[int],
                         signed: bool, dim_names: Sequence[str], first: int = 0) -> List[bool]:
-    """Range-check columns ``first..k-1`` of the index matrix and say which columns hold negative
-    indices that must wrap (one host sync).
+    """Range-check the index matrix and say which columns hold negative indices that must wrap
+    (one host sync).
 
-    ``first=1`` leaves column 0's range to the gather kernel (``take`` / ``index_select`` reject
-    a linear index outside the tensor, and with the other columns in range that is exactly
-    column 0's rule); its wrap flag is still reported.  When the checked dimensions have one
-    size, one flat min/max over the contiguous matrix (2-4x cheaper than a per-column reduction)
-    settles it unless there are negative indices; otherwise a per-column (dim=0) reduction runs.
+    When the checked dimensions have one size, one flat min/max over the contiguous matrix
+    (2-4x cheaper than a per-column reduction) settles it unless there are negative indices;
+    otherwise a per-column (dim=0) reduction checks every column.
+
+    ``first=1`` lets the flat pass leave column 0's upper bound to the gather kernel
+    (``take`` / ``index_select`` reject a linear row outside the tensor, and with the other
+    columns in range that is exactly column 0's rule), so that dimension 0 need not have the
+    others' size.  That is only sound while the linearization cannot overflow: the flat max
+    also bounds column 0, and a row past ``2**31`` (int32) or ``2**63`` would wrap back into
+    range (``2**30 * 4 == 0`` in int32), so such calls take the per-column check.
     """
     k = len(sizes)
     rest = sizes[first:]
     if not rest or min(rest) == max(rest):
         mn, mx = (v.item() for v in torch.aminmax(idx2))
         if mn >= 0 and (not rest or mx < rest[0]):
-            return [False] * k
+            if first == 0 or mx < sizes[0] or _linear_fits(mx, sizes, idx2.dtype):
+                return [False] * k
     mns, mxs = (v.tolist() for v in torch.aminmax(idx2, dim=0))
     for j in range(k):
-        below = mns[j] < (-sizes[j] if signed else 0)   # unsigned: uint64 >= 2**63 reads negative
-        if below and (j >= first or not signed) or j >= first and mxs[j] >= sizes[j]:
+        # unsigned: uint64 >= 2**63 reads negative here
+        if mns[j] < (-sizes[j] if signed else 0) or mxs[j] >= sizes[j]:
             pos = first_bad_position(idx2, sizes, signed)
             raise_index_error(op, indices, pos, indices.shape, sizes, dim_names, signed, k)
     return [signed and v < 0 for v in mns]
+
+
+def _linear_fits(col0_max: int, sizes: Sequence[int], dtype: torch.dtype) -> bool:
+    """Whether ``col0 * stride_0 + (a row of the other, in-range columns)`` stays below the
+    index dtype's limit for every ``0 <= col0 <= col0_max``."""
+    limit = 2**31 if dtype == torch.int32 else 2**63
+    return len(sizes) == 1 or (col0_max + 1) * math.prod(sizes[1:]) <= limit
 
 
 def linear_rows(idx2: torch.Tensor, sizes: Sequence[int], wrap: Sequence[bool], batch: int,
@@ -147,6 +160,11 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
     signed = indices.dtype in SIGNED_INDEX_DTYPES
     batch, rows, slice_len = lay.batch, lay.rows, lay.slice_len
     idx2 = index_matrix(indices, n_tuples, k, rows < 2**31)
+    if slice_len == 0:
+        # Nothing moves (and torch's indexing skips its bounds check on an empty result), but
+        # every index must still be in range, as on the other backends.
+        check_and_wrap_plan(op, indices, idx2, sizes, signed, lay.dim_names(input.dim()))
+        return torch.empty(lay.out_shape, dtype=input.dtype, device=input.device) if out is None else out
 
     if b == 0 and n_tuples <= SMALL_TUPLES and n_tuples * slice_len <= SMALL_ELEMENTS:
         if indices.dtype == torch.uint64 and bool((idx2 < 0).any()):
@@ -189,7 +207,8 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
 
     # Contiguous input: linearize the tuples, then one take (elements) or index_select (rows).
     # A fresh output may be written before the kernel finds a bad column-0 index (the error
-    # then discards it), so the kernel checks column 0; a caller's out= is fully checked first.
+    # then discards it), so the kernel may check column 0's upper bound (check_and_wrap_plan
+    # says when that is sound); a caller's out= is fully checked first.
     delegate = b == 0 and out is None
     wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, names, 1 if delegate else 0)
     use_take = slice_len == 1 and idx2.dtype == torch.int64
@@ -197,8 +216,6 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
         wrap[0] = False     # take wraps negative linear indices itself
     if out is None:
         out = torch.empty(lay.out_shape, dtype=input.dtype, device=input.device)
-    if out.numel() == 0:
-        return out
     lin = linear_rows(idx2, sizes, wrap, batch, n_tuples // batch)
     src = as_movable(input).view(rows, slice_len)
     dst = as_movable(out)
@@ -223,6 +240,17 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
 _REDUCE_OP = {"mul": "prod", "max": "amax", "min": "amin"}
 # max/min compare values, so an unsigned type cannot be moved as its signed twin: widen instead.
 _WIDEN = {torch.uint16: torch.int32, torch.uint32: torch.int64}
+
+
+#: uint64 has no wider type: its order is int64's after flipping the sign bit (0 -> -2**63,
+#: 2**64 - 1 -> 2**63 - 1), an involution.
+_SIGN_BIT_64 = -2**63
+
+
+def flip_sign_bit(t: torch.Tensor) -> torch.Tensor:
+    """A new int64 tensor: ``t``'s 64-bit pattern (uint64 or int64) with the sign bit flipped, so
+    comparing the results as int64 compares the originals as uint64."""
+    return torch.bitwise_xor(t.view(torch.int64), _SIGN_BIT_64)
 
 
 def _arith_dtype(dtype: torch.dtype, reduction: str) -> torch.dtype:
@@ -252,15 +280,19 @@ def wide_rows(a: torch.Tensor, b: torch.Tensor):
     return a, b
 
 
-def scatter_overwrite_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Tensor) -> None:
+def scatter_overwrite_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Tensor,
+                           deterministic: Optional[bool] = None) -> None:
     """``work[lin[t]] = upd[t]`` with duplicates resolved: the last tuple in index order wins.
 
     A row is claimed by the highest ordinal that targets it (``scatter_reduce_`` amax, which is
     order-independent), and only the claiming tuples write: rows never mix two updates.  Single
     elements cannot mix, so outside deterministic mode an element scatter writes directly.
+    ``deterministic``: None reads torch's deterministic mode.
     """
     n = lin.numel()
-    if work.shape[1] == 1 and not torch.are_deterministic_algorithms_enabled():
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    if work.shape[1] == 1 and not deterministic:
         work.index_copy_(0, lin, upd)
         return
     ord_dtype = torch.int32 if n < 2**31 else torch.int64
@@ -284,15 +316,19 @@ SMALL_SCATTER = 16384
 
 def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
                      lay: GatherLayout, reduction: str,
-                     source: Optional[torch.Tensor] = None, fresh: bool = False) -> torch.Tensor:
+                     source: Optional[torch.Tensor] = None, fresh: bool = False,
+                     op: str = "scatter_nd",
+                     deterministic: Optional[bool] = None) -> torch.Tensor:
     """Scatter ``updates`` into ``dst`` in place; ``source`` (the input) is first copied into
     ``dst`` when given, else ``dst`` already holds it (the in-place variant).
 
     Every index is range-checked before anything is written, so a failing call leaves ``dst``
     as it was (it may be the caller's tensor: the in-place variant and ``out=``); a ``fresh``
     ``dst`` (a new tensor nobody else sees) may be written before the check completes.
+    ``op`` names the caller in errors (``scatter_nd_`` for the in-place variant);
+    ``deterministic`` (None: torch's deterministic mode) makes "none" keep exactly the last
+    duplicate in index order.
     """
-    op = "scatter_nd"
     k, sizes, n_tuples = lay.k, lay.index_sizes, lay.n_tuples
     if n_tuples == 0:
         return dst if source is None else dst.copy_(source)
@@ -304,7 +340,7 @@ def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
     small = (n_tuples * slice_len <= SMALL_SCATTER and reduction in ("none", "add")
              and dst.dtype != torch.bool)
     if small:
-        if fresh:
+        if fresh and slice_len != 0:   # index_put_ checks each dimension (unless nothing moves)
             if not signed and bool((idx2 < 0).any()):     # uint64 >= 2**63
                 _report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
         else:
@@ -336,21 +372,30 @@ def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
         lin = lin.long()
     adt = _arith_dtype(dst.dtype, reduction)
     same_bits = adt.itemsize == dst.dtype.itemsize and adt != torch.bool or adt == dst.dtype
-    in_place = same_bits and dst.is_contiguous()
+    # uint64 max/min: int64 arithmetic on sign-flipped copies (torch has no uint64 reductions)
+    flipped = dst.dtype == torch.uint64 and reduction in ("max", "min")
+    in_place = same_bits and dst.is_contiguous() and not flipped
     if in_place:
         work = dst.view(adt)
+    elif flipped:
+        work = flip_sign_bit(dst).contiguous()
     else:
         work = (dst.view(adt) if same_bits else dst.to(adt)).contiguous()
     work2d = work.view(rows, slice_len)
     upd = updates.reshape(n_tuples, slice_len)
-    upd = upd.view(adt) if same_bits and adt != upd.dtype else upd.to(adt)
+    if flipped:
+        upd = flip_sign_bit(upd)
+    else:
+        upd = upd.view(adt) if same_bits and adt != upd.dtype else upd.to(adt)
     if reduction == "none":
-        scatter_overwrite_rows(work2d, lin, upd)
+        scatter_overwrite_rows(work2d, lin, upd, deterministic)
     elif reduction == "add":
         work2d.index_add_(0, lin, upd)
     else:
         work2d.scatter_reduce_(0, lin.unsqueeze(1).expand(n_tuples, slice_len), upd,
                                _REDUCE_OP[reduction], include_self=True)
+    if flipped:
+        work.bitwise_xor_(_SIGN_BIT_64)
     if not in_place:
         (dst.view(adt) if same_bits else dst).copy_(work.view(dst.shape))
     return dst
@@ -361,6 +406,7 @@ def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
 # ---------------------------------------------------------------------------------------------
 
 # torch.topk refuses these; move them to a type with the same order (values are exact).
+# uint64 has no wider type: it is compared as int64 with the sign bit flipped (flip_sign_bit).
 _TOPK_WORK = {torch.uint16: torch.int32, torch.uint32: torch.int64, torch.bool: torch.uint8}
 
 
@@ -389,7 +435,13 @@ def _topk_cost(n: int, kk: int) -> float:
     return _TOPK_ROW + _TOPK_SELECT * n
 
 
-@functools.lru_cache(maxsize=None)
+#: Entries of ``_chunk_plan``'s cache.  One plan uses about log2(n) sub-plans (n >> j), so a
+#: call never evicts its own; rows of many distinct lengths only recycle the oldest entries
+#: (each ~200 bytes) instead of growing without bound.
+CHUNK_PLAN_CACHE = 4096
+
+
+@functools.lru_cache(maxsize=CHUNK_PLAN_CACHE)
 def _chunk_plan(n: int, kk: int, rows: int, threads: int, min_row: int):
     """(cost, c): the cheapest way to select kk of n per the cost model, c = 1 meaning one
     torch.topk, else c strided chunks, themselves selected the cheapest way (recursively).
@@ -661,7 +713,10 @@ def top_k1_torch(input: torch.Tensor, k: int, axis: int, largest: bool,
     ``axis``."""
     xm = input.movedim(axis, -1)
     work = _TOPK_WORK.get(input.dtype)
-    xw = xm.to(work) if work is not None else xm
+    if input.dtype == torch.uint64:
+        xw = flip_sign_bit(xm)
+    else:
+        xw = xm.to(work) if work is not None else xm
     if input.numel() == 0:
         shape = xm.shape[:-1] + (k,)
         vals = torch.empty(shape, dtype=input.dtype, device=input.device)

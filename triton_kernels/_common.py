@@ -36,7 +36,13 @@ def next_pow2(n: int) -> int:
 
 
 def merged_stride(shape, strides):
-    """The single stride of a run of dimensions if they can be walked as one, else ``None``."""
+    """The single stride of a run of dimensions if they can be walked as one, else ``None``.
+
+    A run with an empty dimension holds no element: any stride walks it (torch gives such
+    dimensions strides that do not chain, and a ``None`` here reached the kernel as a stride).
+    """
+    if 0 in shape:
+        return 1
     dims = [(s, st) for s, st in zip(shape, strides) if s != 1]
     if not dims:
         return 1

@@ -65,16 +65,21 @@ def _scatter_nd_kernel(
             tl.store(dst, b_upd, mask=m)
 
 
-_ATOMIC_ADD = (torch.int32, torch.int64, torch.uint32, torch.float32, torch.float64)
+_ATOMIC_ADD = (torch.int32, torch.int64, torch.uint32, torch.uint64, torch.float32,
+               torch.float64)
 _ATOMIC_MINMAX = (torch.int32, torch.int64)
+# unsigned adds run on the bits of the signed twin: two's-complement addition wraps alike
+_ADD_AS = {torch.uint32: torch.int32, torch.uint64: torch.int64}
 
 
 def scatter_nd_triton_supports(dtype: torch.dtype, reduction: str, deterministic: bool) -> bool:
     """Whether the kernel computes this (dtype, reduction) exactly as the portable path does.
 
-    Overwrite: every dtype (bits are moved).  add: integer atomics are exact; float atomics only
-    outside deterministic mode (the order of additions varies).  max/min: signed integers.
-    mul has no atomic; fp16/bf16 atomics are left out (the interpreter cannot run them).
+    Overwrite: every dtype (bits are moved).  add: integer atomics are exact (unsigned ones
+    wrap like their signed twins' bits); float atomics only outside deterministic mode (the
+    order of additions varies).  max/min: signed integers (unsigned order is not the signed
+    twin's, so uint32/uint64 take the portable path).  mul has no atomic; fp16/bf16 atomics are
+    left out (the interpreter cannot run them).
     """
     if reduction == "none":
         return True
@@ -148,8 +153,9 @@ def scatter_nd_triton(out: torch.Tensor, indices: torch.Tensor, updates: torch.T
             _launch(STORE_WINNERS, out2d, upd2d, idx, meta, claim, n_tuples, slice_len, k,
                     max_block)
     else:
-        if out2d.dtype == torch.uint32:   # add is the same on the bits of int32
-            out2d, upd2d = out2d.view(torch.int32), upd2d.view(torch.int32)
+        if out2d.dtype in _ADD_AS:   # add is the same on the bits of the signed twin
+            twin = _ADD_AS[out2d.dtype]
+            out2d, upd2d = out2d.view(twin), upd2d.view(twin)
         mode = {"add": ADD, "max": MAX, "min": MIN}[reduction]
         _launch(mode, out2d, upd2d, idx, meta, meta, n_tuples, slice_len, k, max_block)
     if dst is not out:

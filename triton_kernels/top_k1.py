@@ -26,6 +26,8 @@ _SIGNED = (torch.int8, torch.int16, torch.int32)
 MAX_BLOCK = 4096
 #: Keys sorted per program (a row longer than this goes through merge stages).
 DEFAULT_BLOCK = 1024
+#: The longest row the composite key can index: positions 0 .. 2**32 - 1 fill its low 32 bits.
+MAX_ROW = 2**32
 
 
 @triton.jit
@@ -36,15 +38,21 @@ def _top_k1_kernel(
     ZEXT_MASK: tl.constexpr, FLIP: tl.constexpr,
     DESC: tl.constexpr, FROM_KEYS: tl.constexpr, FINAL: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    """One program: row pid(0), block pid(1) of BLOCK keys -> its k best keys, sorted.
+    """One program: block ``pid % n_blocks`` of BLOCK keys of row ``pid // n_blocks`` -> its k
+    best keys, sorted (n_blocks = cdiv(n, BLOCK)).
 
-    Grid: (rows, cdiv(n, BLOCK)).  ``x`` is [rows, n_x] (bits of the data, contiguous rows),
+    Grid: (rows * n_blocks,): one flat axis, since a long row's block count would overflow a
+    second grid axis (65535 programs on CUDA).  ``n`` is at most
+    ``MAX_ROW`` (the index fills the key's low 32 bits).  ``x`` is [rows, n_x] (bits of the
+    data, contiguous rows),
     ``keys_in`` [rows, n] int64 (FROM_KEYS).  Not FINAL: writes min(k, BLOCK) keys per block to
     ``keys_out`` [rows, n_out_per_row].  FINAL (one block per row): decodes the k best keys into
     indices and values (read back from ``x``, so the value bits are exact).
     """
-    row = tl.program_id(0).to(tl.int64)
-    blk = tl.program_id(1).to(tl.int64)
+    pid = tl.program_id(0).to(tl.int64)
+    n_blocks = (n + BLOCK - 1) // BLOCK
+    row = pid // n_blocks
+    blk = pid % n_blocks
     offs = blk * BLOCK + tl.arange(0, BLOCK)                                  # [BLOCK]
     mask = offs < n
     if DESC:
@@ -87,18 +95,34 @@ def _top_k1_kernel(
         tl.store(keys_out_ptr + row * n_out_per_row + blk * k + o, keys, mask=take)
 
 
-def top_k1_triton_supports(dtype: torch.dtype, k: int) -> bool:
-    """32-bit and narrower dtypes (the composite key needs the value in 32 bits), and k up to
-    half the largest block (each merge stage must shrink the candidates)."""
+def top_k1_triton_supports(dtype: torch.dtype, k: int, n: Optional[int] = None) -> bool:
+    """Whether the kernel runs this call: 32-bit and narrower dtypes (the composite key needs the
+    value in 32 bits: not int64, uint64, float64), k up to half the largest block (each merge
+    stage must shrink the candidates), and rows of ``n`` (the length along the axis) up to
+    ``MAX_ROW`` elements (the key's other 32 bits hold the index).  ``n=None``: the row length
+    is not known here; ``top_k1_triton`` then refuses a row too long itself."""
     ok_dtype = dtype in _FLOAT or dtype in _UNSIGNED_MASK or dtype in _SIGNED or dtype == torch.uint32
-    return ok_dtype and 2 * k <= MAX_BLOCK
+    return ok_dtype and 2 * k <= MAX_BLOCK and (n is None or n <= MAX_ROW)
+
+
+def _launch(x2, keys, keys_out, v2, i2, rows, n, k, n_out_per_row, block, from_keys, final,
+            consts):
+    n_blocks = triton.cdiv(n, block)
+    _top_k1_kernel[(rows * n_blocks,)](x2, keys, keys_out, v2, i2, n, k, n_out_per_row,
+                                       FROM_KEYS=from_keys, FINAL=final, BLOCK=block, **consts)
 
 
 def top_k1_triton(input: torch.Tensor, k: int, axis: int, largest: bool,
                   index_dtype: torch.dtype, max_block: Optional[int] = None):
     """Values and indices of the k best along ``axis`` (laid out like ``input``)."""
+    n = input.shape[axis]
+    if not top_k1_triton_supports(input.dtype, k, n):
+        raise ValueError(
+            f"top_k1_triton: InputTensor (dtype {input.dtype}, {n} elements along axis {axis}) "
+            f"with k={k} is not supported by the kernel: it needs a dtype of at most 32 bits, "
+            f"2 * k <= {MAX_BLOCK} and at most {MAX_ROW} elements along the axis (check "
+            f"top_k1_triton_supports first)")
     xm = input.movedim(axis, -1).contiguous()
-    n = xm.shape[-1]
     rows = xm.numel() // n if n else 0
     out_shape = xm.shape[:-1] + (k,)
     vals = torch.empty(out_shape, dtype=input.dtype, device=input.device)
@@ -113,17 +137,15 @@ def top_k1_triton(input: torch.Tensor, k: int, axis: int, largest: bool,
                       FLIP=input.dtype == torch.uint32, DESC=largest)
         v2, i2 = bits_view(vals).view(rows, k), idx.view(rows, k)
         if n <= block:
-            _top_k1_kernel[(rows, 1)](x2, x2, x2, v2, i2, n, k, n, FROM_KEYS=False, FINAL=True,
-                                      BLOCK=next_pow2(max(n, 2)), **consts)
+            _launch(x2, x2, x2, v2, i2, rows, n, k, n, next_pow2(max(n, 2)), False, True, consts)
         else:
             keys, cur_n, from_keys = x2, n, False
             while cur_n > block:
                 chunks = triton.cdiv(cur_n, block)
                 out = torch.empty((rows, chunks * k), dtype=torch.int64, device=input.device)
-                _top_k1_kernel[(rows, chunks)](x2, keys, out, v2, i2, cur_n, k, chunks * k,
-                                               FROM_KEYS=from_keys, FINAL=False, BLOCK=block,
-                                               **consts)
+                _launch(x2, keys, out, v2, i2, rows, cur_n, k, chunks * k, block, from_keys,
+                        False, consts)
                 keys, cur_n, from_keys = out, chunks * k, True
-            _top_k1_kernel[(rows, 1)](x2, keys, keys, v2, i2, cur_n, k, n, FROM_KEYS=True,
-                                      FINAL=True, BLOCK=next_pow2(max(cur_n, 2)), **consts)
+            _launch(x2, keys, keys, v2, i2, rows, cur_n, k, n, next_pow2(max(cur_n, 2)), True,
+                    True, consts)
     return (vals.movedim(-1, axis).contiguous(), idx.to(index_dtype).movedim(-1, axis).contiguous())
