@@ -353,7 +353,7 @@ def test_self_overlapping_target_is_refused(make, write, any_backend):
         elif write == "scatter out":
             tdo.scatter_nd(torch.zeros(4, 4), torch.tensor([[1, 2]]), torch.tensor([5.]), out=t)
         else:
-            tdo.gather_nd(torch.zeros(4, 4, 4), torch.tensor([[1]]).expand(4, 1), out=t)
+            tdo.gather_nd(torch.zeros(4, 4, 4), torch.tensor([[1, 2]]).expand(4, 2), out=t)
     assert torch.equal(t, before)
 
 
@@ -420,11 +420,17 @@ def test_neg_bit_targets_are_written_through_the_negation(write, any_backend):
     (lambda: tdo.scatter_nd(torch.randn(3), torch.tensor([[0]]), torch.ones(1), 3), "reduction"),
     (lambda: tdo.scatter_nd(torch.randn(3), torch.tensor([[0]]), torch.ones(1),
                             check_indices=1), "check_indices"),
-    (lambda: torch.ops.torch_dml_ops.top_k1.default(torch.randn(5), 2.0), "k"),
 ])
 def test_scalar_argument_types_are_checked_first_on_every_backend(call, name, any_backend):
     with pytest.raises(TypeError, match=name):
         call()
+
+
+def test_torch_ops_argument_types_are_the_dispatchers():
+    # Through torch.ops the schema is checked first, as for torch.ops.aten.topk.default.
+    for op in (torch.ops.aten.topk.default, torch.ops.torch_dml_ops.top_k1.default):
+        with pytest.raises(RuntimeError, match="Expected a value of type 'int' for argument 'k'"):
+            op(torch.randn(5), 2.0)
 
 
 def test_validation_cache_does_not_confuse_types():

@@ -68,6 +68,7 @@ class _LevelState(threading.local):
 
     def __init__(self) -> None:
         self.level = PERMISSIVE
+        self.saved: list = []       # levels to restore, innermost last (feature_level)
 
 
 _state = _LevelState()
@@ -103,20 +104,17 @@ class feature_level:
 
     def __init__(self, level: Optional[str]) -> None:
         self.level = normalize_feature_level(level)
-        # The levels to restore, per thread: one object may be entered in several threads at
-        # once, and re-entered (nested) in one.
-        self._saved = threading.local()
 
+    # The level to restore is kept on the thread's own stack (``with`` blocks nest per thread),
+    # never on the object: one object may be entered in several threads at once, and nested in
+    # one, and each thread gets back its own level.
     def __enter__(self) -> str:
-        stack = getattr(self._saved, "stack", None)
-        if stack is None:
-            stack = self._saved.stack = []
-        stack.append(_state.level)
+        _state.saved.append(_state.level)
         _state.level = self.level
         return self.level
 
     def __exit__(self, *exc) -> None:
-        _state.level = self._saved.stack.pop()
+        _state.level = _state.saved.pop()
 
 
 def get_feature_level() -> str:
@@ -431,6 +429,16 @@ def _type_name(v) -> str:
 def check_tensor(op: str, name: str, t) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a Tensor, got {_type_name(t)}")
+
+
+_TENSOR_NAMES = ("InputTensor", "IndicesTensor", "UpdatesTensor")
+
+
+def check_tensors(op: str, *tensors) -> None:
+    """The public functions' tensor arguments (input, indices, updates), before anything else."""
+    for name, t in zip(_TENSOR_NAMES, tensors):
+        if not isinstance(t, torch.Tensor):
+            check_tensor(op, name, t)
 
 
 def check_int(op: str, name: str, v, optional: bool = False) -> None:

@@ -26,7 +26,7 @@ from ._fallback import (check_and_wrap_plan, gather_nd_torch, index_matrix,
 from ._forms import GatherLayout, gather_layout
 from ._library import document, lib
 from ._validation import (SIGNED_INDEX_DTYPES, _state, check_gather_nd, check_out,
-                          as_int, check_out_meta, raise_index_error, resolved, written)
+                          as_int, check_out_meta, check_tensors, raise_index_error, resolved, written)
 
 __all__ = ["gather_nd"]
 
@@ -132,14 +132,17 @@ def _gather_nd_backward_impl(grad, indices, input_shape, batch_dims, input_dimen
     sizes = lay.index_sizes
     batch, rows, slice_len, n_tuples = lay.batch, lay.rows, lay.slice_len, lay.n_tuples
     grad_in = torch.zeros(rows, slice_len, dtype=grad.dtype, device=grad.device)
-    if grad_in.numel() and n_tuples:
+    indices = resolved(indices)
+    if n_tuples:
         signed = indices.dtype in SIGNED_INDEX_DTYPES
         idx2 = index_matrix(indices, n_tuples, lay.k, rows < 2**31)
-        # The forward already range-checked these indices; this finds which columns wrap.
+        # The forward already range-checked these indices (a direct call of this op may not
+        # have, empty slices included); this also finds which columns wrap.
         wrap = check_and_wrap_plan("gather_nd", indices, idx2, sizes, signed,
                                    lay.dim_names(len(input_shape)))
-        lin = linear_rows(idx2, sizes, wrap, batch, n_tuples // batch)
-        grad_in.index_add_(0, lin, grad.reshape(n_tuples, slice_len))
+        if grad_in.numel():
+            lin = linear_rows(idx2, sizes, wrap, batch, n_tuples // batch)
+            grad_in.index_add_(0, lin, grad.reshape(n_tuples, slice_len))
     return grad_in.view(tuple(input_shape))
 
 
@@ -296,6 +299,7 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
                 [0., 1.]])
     """
     level = _state.level
+    check_tensors("gather_nd", input, indices)
     batch_dims = as_int("gather_nd", "batch_dims", batch_dims)
     if out is None:
         if _backend.plain_eager_call((input, indices), (input,)):

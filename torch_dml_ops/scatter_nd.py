@@ -29,7 +29,8 @@ from ._forms import GatherLayout, gather_layout
 from .gather_nd import GATHER_ND
 from ._library import document, lib
 from ._validation import (SIGNED_INDEX_DTYPES, _state, check_out, check_out_meta,
-                          check_scatter_nd, raise_index_error, resolved, written)
+                          check_scatter_nd, check_tensors, raise_index_error, resolved,
+                          written)
 
 __all__ = ["scatter_nd", "scatter_nd_"]
 
@@ -78,7 +79,8 @@ def _scatter_into(op: str, dst: torch.Tensor, source: Optional[torch.Tensor],
             return
     # Portable path (also for the Triton backend's unsupported dtype/reduction pairs and the
     # native kernels' uncovered dtype/reduction pairs).
-    scatter_nd_torch(dst, indices, updates, lay, reduction, source, fresh)
+    scatter_nd_torch(dst, indices, updates, lay, reduction, source, fresh, op=op,
+                     deterministic=deterministic)
 
 
 def _deterministic(flag: bool) -> bool:
@@ -302,11 +304,14 @@ def _check_in_place_grad(input, updates) -> None:
         raise RuntimeError(
             "scatter_nd_: forward-mode AD and torch.func transforms are not supported through "
             "the in-place scatter; use the functional torch_dml_ops.scatter_nd")
-    if torch.is_grad_enabled() and input.requires_grad and input.is_leaf:
-        raise RuntimeError(
-            "scatter_nd_: InputTensor is a leaf Variable that requires grad, which is being used "
-            "in an in-place operation; clone it first, or use the functional "
-            "torch_dml_ops.scatter_nd")
+    if torch.is_grad_enabled() and input.requires_grad:
+        base = input._base if input._is_view() else None
+        if input.is_leaf or (base is not None and base.is_leaf and base.requires_grad):
+            what = "a leaf Variable" if input.is_leaf else "a view of a leaf Variable"
+            raise RuntimeError(
+                f"scatter_nd_: InputTensor is {what} that requires grad, which is being used in "
+                f"an in-place operation; clone it first, or use the functional "
+                f"torch_dml_ops.scatter_nd")
 
 
 # One kernel for every device; it picks Triton or the portable path per call.
@@ -394,6 +399,7 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         tensor([ 1., 11.,  3., 10.,  9.,  6.,  7., 12.])
     """
     level = _state.level
+    check_tensors("scatter_nd", input, indices, updates)
     if out is None:
         if _backend.plain_eager_call((input, indices, updates), (input, updates)):
             return _scatter_nd_impl(input, indices, updates, reduction, input_dimension_count,
@@ -425,6 +431,7 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
     leaves ``input`` unmodified.
     """
     level = _state.level
+    check_tensors("scatter_nd_", input, indices, updates)
     if _backend.plain_eager_call((input, indices, updates), (input, updates)):
         _scatter_nd_inplace_impl(input, indices, updates, reduction, input_dimension_count,
                                  indices_dimension_count, level, check_indices)

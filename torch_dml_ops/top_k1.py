@@ -24,7 +24,7 @@ import torch.utils._pytree as _pytree
 from . import _autograd, _backend, _native_topk
 from ._fallback import top_k1_torch
 from ._library import document, lib
-from ._validation import _state, as_int, check_top_k1, resolved
+from ._validation import _state, as_int, check_tensors, check_top_k1, resolved
 
 __all__ = ["top_k1", "topk", "AxisDirection", "TopK1Result"]
 
@@ -63,7 +63,7 @@ def _top_k1_impl(input, k, axis=-1, direction="decreasing", index_dtype=None,
     backend = _backend.backend_for(input)
     if backend == "triton":
         from . import triton_kernels as tk
-        if tk.top_k1_triton_supports(input.dtype, k):
+        if tk.top_k1_triton_supports(input.dtype, k, input.shape[ax]):
             return tk.top_k1_triton(input, k, ax, largest, index_dtype)
     elif backend == "native" and _native_topk.supports(input, k, ax):
         return _native_topk.top_k1_native(input, k, ax, largest, index_dtype)
@@ -183,6 +183,7 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
         >>> top_k1(torch.tensor([1., 2, 2, 3]), 3)
         TopK1Result(values=tensor([3., 2., 2.]), indices=tensor([3, 1, 2]))
     """
+    check_tensors("top_k1", input)
     d = _direction(direction)
     k, axis = as_int("top_k1", "k", k), as_int("top_k1", "axis", axis)
     level = _state.level
