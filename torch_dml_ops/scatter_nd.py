@@ -203,10 +203,18 @@ def _layout(ctx, indices):
     return gather_layout("scatter_nd", ctx.input_shape, indices.shape, 0, *ctx.counts)
 
 
-def _scatter_nd_setup_context(ctx, inputs, output):
+_COMBINING = ("mul", "max", "min")
+
+
+def _scatter_nd_setup_context(ctx, inputs, output, previous=None):
+    """``previous``: the in-place target's values before the write (mul/max/min need them)."""
     input, indices, updates, reduction, idc_in, idc_idx = inputs[:6]
-    ctx.save_for_backward(indices)
-    ctx.save_for_forward(indices)
+    if reduction in _COMBINING:
+        saved = (indices, input if previous is None else previous, updates, output)
+    else:
+        saved = (indices,)
+    ctx.save_for_backward(*saved)
+    ctx.save_for_forward(*saved)
     ctx.reduction = reduction
     ctx.deterministic = inputs[8]
     ctx.input_shape = tuple(input.shape)
@@ -214,26 +222,63 @@ def _scatter_nd_setup_context(ctx, inputs, output):
     ctx.counts = (idc_in, idc_idx)
 
 
-def _refuse_derivative(reduction: str, what: str) -> None:
-    raise RuntimeError(
-        f"scatter_nd: the {what} of reduction={reduction!r} is not implemented (it is not "
-        f"differentiable where duplicates tie or an update is zero); only reduction='none' "
-        f"and 'add' are differentiable"
-    )
+def _gather_at(ctx, t, indices):
+    """``t`` (input-shaped) at every tuple's slice: updates-shaped."""
+    return GATHER_ND.call(t, indices, 0, *ctx.counts, "permissive", False)
+
+
+def _add_at(ctx, base, indices, values):
+    """``base`` plus ``values`` (updates-shaped) summed into the tuples' slices."""
+    return SCATTER_ND.call(base, indices, values, "add", *ctx.counts, "permissive", False,
+                           False)
+
+
+def _combining_factors(ctx):
+    """(fx, fu): the partial derivatives of a mul/max/min scatter, input- and updates-shaped, so
+    that ``d out = fx * d input + add_at(fu * d updates)``.
+
+    Every slot ``r`` combines its input value with the updates of every tuple addressing it.
+    max/min (torch's amax/amin convention): the derivative is shared evenly by every value
+    equal to the result.  mul: the product of the others; with one zero, only that zero's
+    derivative is nonzero; with two or more, none is.  Built from the registered ops and torch
+    ops, so differentiable again."""
+    indices, x, u, out = ctx.saved_tensors
+    if ctx.reduction in ("max", "min"):
+        eq_x = (x == out).to(out.dtype)
+        eq_u = (u == _gather_at(ctx, out, indices)).to(out.dtype)
+        count = _add_at(ctx, eq_x, indices, eq_u)
+        return eq_x / count, eq_u / _gather_at(ctx, count, indices)
+    zx, zu = x == 0, u == 0
+    x1, u1 = torch.where(zx, torch.ones_like(x), x), torch.where(zu, torch.ones_like(u), u)
+    zeros = _add_at(ctx, zx.to(out.dtype), indices, zu.to(out.dtype))       # per slot
+    nonzero_product = SCATTER_ND.call(x1, indices, u1, "mul", *ctx.counts, "permissive", False,
+                                      False)
+    zeros_u, product_u = _gather_at(ctx, zeros, indices), _gather_at(ctx, nonzero_product,
+                                                                     indices)
+    fx = torch.where(zeros == 0, nonzero_product / x1,
+                     torch.where(zx & (zeros == 1), nonzero_product, torch.zeros_like(x)))
+    fu = torch.where(zeros_u == 0, product_u / u1,
+                     torch.where(zu & (zeros_u == 1), product_u, torch.zeros_like(u)))
+    return fx, fu
 
 
 def _scatter_nd_backward(ctx, grad):
     """none: grad_input = grad with the overwritten positions zeroed, grad_updates = grad
     gathered at the indices for the winning duplicate of each slice and zero for the others (the
     forward ran deterministically: ``_last_wins``).  add: grad_input = grad, grad_updates = the
-    gathered grad for every tuple.  Built from the registered ops, so differentiable again."""
-    (indices,) = ctx.saved_tensors
+    gathered grad for every tuple.  mul/max/min: ``_combining_factors``.  Built from the
+    registered ops, so differentiable again."""
+    indices = ctx.saved_tensors[0]
     red = ctx.reduction
     need_input, need_updates = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
-    if red not in ("none", "add") and (need_input or need_updates):
-        _refuse_derivative(red, "gradient")
     idc_in, idc_idx = ctx.counts
     grad_input = grad_updates = None
+    if red in _COMBINING:
+        if need_input or need_updates:
+            fx, fu = _combining_factors(ctx)
+            grad_input = grad * fx if need_input else None
+            grad_updates = _gather_at(ctx, grad, indices) * fu if need_updates else None
+        return grad_input, None, grad_updates, None, None, None, None, None, None
     if need_input:
         if red == "add":
             grad_input = grad
@@ -241,7 +286,7 @@ def _scatter_nd_backward(ctx, grad):
             grad_input = SCATTER_ND.call(grad, indices, grad.new_zeros(ctx.updates_shape),
                                          "none", idc_in, idc_idx, "permissive", False, True)
     if need_updates:
-        grad_updates = GATHER_ND.call(grad, indices, 0, idc_in, idc_idx, "permissive", False)
+        grad_updates = _gather_at(ctx, grad, indices)
         if red == "none":
             lay = _layout(ctx, indices)
             win = _winners(indices, lay).reshape(
@@ -252,11 +297,10 @@ def _scatter_nd_backward(ctx, grad):
 
 
 def _scatter_nd_jvp(ctx, input_t, _i, updates_t, *_):
-    """Linear in (input, updates) for "none" and "add": scatter the tangents the same way."""
-    (indices,) = ctx.saved_tensors
+    """none/add: scatter the tangents the same way (linear).  mul/max/min: the tangents
+    weighted by ``_combining_factors``."""
+    indices = ctx.saved_tensors[0]
     red = ctx.reduction
-    if red not in ("none", "add"):
-        _refuse_derivative(red, "forward-mode derivative")
     if input_t is None and updates_t is None:
         return None
     ref = input_t if input_t is not None else updates_t
@@ -264,6 +308,9 @@ def _scatter_nd_jvp(ctx, input_t, _i, updates_t, *_):
         input_t = ref.new_zeros(ctx.input_shape)
     if updates_t is None:
         updates_t = ref.new_zeros(ctx.updates_shape)
+    if red in _COMBINING:
+        fx, fu = _combining_factors(ctx)
+        return _add_at(ctx, input_t * fx, indices, updates_t * fu)
     return SCATTER_ND.call(input_t, indices, updates_t, red, *ctx.counts, "permissive", False,
                            ctx.deterministic)
 
@@ -276,10 +323,11 @@ class _ScatterNDInplace(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, indices, updates, *rest):
+        previous = input.clone() if rest[0] in _COMBINING else None
         with torch._C._AutoDispatchBelowAutograd():
             _INPLACE_OP(input, indices, updates, *rest)
         ctx.mark_dirty(input)
-        _scatter_nd_setup_context(ctx, (input, indices, updates) + rest, input)
+        _scatter_nd_setup_context(ctx, (input, indices, updates) + rest, input, previous)
         return input
 
     backward = staticmethod(_scatter_nd_backward)
@@ -390,8 +438,9 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
     Gradients (reverse and forward mode, torch.func): for "none", grad_input is the output
     gradient with the overwritten positions zeroed and grad_updates the gradient gathered at the
     indices for the winning (last) duplicate of each slice, zero for the overwritten ones; for
-    "add", grad_input is the gradient and grad_updates the gathered gradient for every tuple.
-    "mul", "max", "min" raise when a derivative is taken.
+    "add", grad_input is the gradient and grad_updates the gathered gradient for every tuple;
+    "mul", "max", "min" as torch's ``scatter_reduce(..., include_self=True)`` (ties share the
+    gradient evenly; a product's factors get the product of the others).
 
     Example:
         >>> scatter_nd(torch.tensor([1., 2, 3, 4, 5, 6, 7, 8]), torch.tensor([[4], [3], [1], [7]]),
