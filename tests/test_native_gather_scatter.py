@@ -39,6 +39,7 @@ def native_only(monkeypatch):
 def threads2(monkeypatch):
     """Two threads and a tiny grain: every kernel splits even small problems."""
     prev = torch.get_num_threads()
+    monkeypatch.setattr(_native, "MAX_THREADS", 64)   # 2 threads even on a 1-CPU machine
     torch.set_num_threads(2)
     monkeypatch.setattr(ngs, "GRAIN", 1)
     yield

@@ -56,6 +56,7 @@ def threads():
 def parallel(monkeypatch, threads):
     """Every parallel path on small inputs: one row's work per thread, rows split into segments
     of 16 elements or more, a small candidate buffer (many re-selections)."""
+    monkeypatch.setattr(_native, "MAX_THREADS", 64)   # 4 threads even on a 2-CPU machine
     threads(4)
     monkeypatch.setattr(_native_topk, "GRAIN", 1)
     monkeypatch.setattr(_native_topk, "SEG_MIN", 16)

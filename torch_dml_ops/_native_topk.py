@@ -20,9 +20,9 @@ from ._native import c_i64, c_int, c_ptr
 DTYPE_CODES = {
     torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3, torch.int64: 4,
     torch.int32: 5, torch.int16: 6, torch.int8: 7, torch.uint8: 8, torch.uint16: 9,
-    torch.uint32: 10, torch.bool: 11,
+    torch.uint32: 10, torch.bool: 11, torch.uint64: 12,
 }
-_WIDE = (torch.float64, torch.int64)   # 64-bit keys: any row length
+_WIDE = (torch.float64, torch.int64, torch.uint64)   # 64-bit keys: any row length
 
 #: Work one thread gets at least, in element-steps (a row of n counts n for k == 1, 4n for the
 #: selections): calls below ~2x this run on the calling thread (a thread start costs ~20-50 us,
@@ -61,6 +61,7 @@ def top_k1_native(input: torch.Tensor, k: int, axis: int, largest: bool,
                   index_dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
     """Stable top-k of ``input`` along ``axis`` (non-negative, validated): ``(values, indices)``,
     contiguous, ``input``'s shape with ``k`` along ``axis``."""
+    contiguous = input.is_contiguous()
     shape = list(input.shape)
     n = shape[axis]
     inner = math.prod(shape[axis + 1:])
@@ -70,7 +71,7 @@ def top_k1_native(input: torch.Tensor, k: int, axis: int, largest: bool,
     indices = _native.empty(out_shape, index_dtype)
     if values.numel() == 0:
         return values, indices
-    if inner == 1 and input.is_contiguous():
+    if inner == 1 and contiguous:
         x = input
     else:
         x = input.movedim(axis, -1).contiguous()

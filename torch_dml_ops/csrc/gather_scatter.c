@@ -293,7 +293,7 @@ static void rows_task(void *ctx, int64_t begin, int64_t end, int tid) {
 /* ------------------------------------------------------------------------------------------ */
 
 /* Data dtypes of a reduction (the Python side's _DATA_CODES). */
-enum { D_F32 = 0, D_F64, D_I8, D_I16, D_I32, D_I64, D_U8, D_U16, D_U32, D_BOOL };
+enum { D_F32 = 0, D_F64, D_I8, D_I16, D_I32, D_I64, D_U8, D_U16, D_U32, D_BOOL, D_U64 };
 enum { R_NONE = 0, R_ADD, R_MUL, R_MAX, R_MIN };
 
 typedef struct {
@@ -307,7 +307,8 @@ typedef struct {
 
 /* Elementwise reductions, matching torch's CPU kernels bit for bit: integers wrap around (done
  * in unsigned arithmetic: no UB), max/min as scatter_reduce_'s amax/amin with include_self
- * (a NaN update wins, a NaN already there stays, ties keep what is there). */
+ * (a NaN update wins, a NaN already there stays, ties keep what is there).  Unsigned types
+ * compare unsigned (uint64 values of 2**63 and above are the largest), as torch orders them. */
 #define TDO_REDUCE_INT(T, UT)                                                                  \
     static void red_##T(T *d, const T *s, int64_t n, int red) {                                \
         switch (red) {                                                                         \
@@ -325,6 +326,7 @@ TDO_REDUCE_INT(int64_t, uint64_t)
 TDO_REDUCE_INT(uint8_t, unsigned)
 TDO_REDUCE_INT(uint16_t, unsigned)
 TDO_REDUCE_INT(uint32_t, uint32_t)
+TDO_REDUCE_INT(uint64_t, uint64_t)
 
 #define TDO_REDUCE_FLOAT(T)                                                                    \
     static void red_##T(T *d, const T *s, int64_t n, int red) {                                \
@@ -362,6 +364,7 @@ static void reduce_row(const apply_ctx *c, char *d, const char *s) {
     case D_U8: red_uint8_t((uint8_t *)d, (const uint8_t *)s, n, c->red); break;
     case D_U16: red_uint16_t((uint16_t *)d, (const uint16_t *)s, n, c->red); break;
     case D_U32: red_uint32_t((uint32_t *)d, (const uint32_t *)s, n, c->red); break;
+    case D_U64: red_uint64_t((uint64_t *)d, (const uint64_t *)s, n, c->red); break;
     default: red_bool((uint8_t *)d, (const uint8_t *)s, n, c->red); break;
     }
 }
@@ -416,13 +419,16 @@ static void apply_task(void *ctx, int64_t begin, int64_t end, int tid) {
  * the rows pass, so every rows[t] is in [0, n_rows).  Packed arguments:
  *   a = [dst, init, upd, rows, n, n_rows, row_bytes, slice_len, dtype, red, parts]
  * init: when not 0, dst is first a copy of it (the functional scatter; each thread copies the
- * rows it owns).  parts: how many row partitions (threads) the caller chose.  red = R_NONE moves
+ * rows it owns).  parts: how many row partitions (threads) the caller chose, at most
+ * TDO_MAX_THREADS (each partition scans every tuple: partitions beyond the threads that run
+ * them only multiply that scan; the result does not depend on their number).  red = R_NONE moves
  * row_bytes bytes per row (any dtype); otherwise dtype is a D_* code and slice_len the elements
  * per row. */
 static void scatter_apply(const int64_t *a) {
     apply_ctx c = {(char *)(intptr_t)a[0], (const char *)(intptr_t)a[1],
                    (const char *)(intptr_t)a[2], (const int64_t *)(intptr_t)a[3], a[4], a[5],
-                   a[6], a[7], a[10] < 1 ? 1 : (int)a[10], (int)a[8], (int)a[9]};
+                   a[6], a[7], 1, (int)a[8], (int)a[9]};
+    c.parts = a[10] < 1 ? 1 : a[10] > TDO_MAX_THREADS ? TDO_MAX_THREADS : (int)a[10];
     if (c.n_rows <= 0 || c.row_bytes <= 0) return;
     tdo_parallel_for(c.parts, c.parts, 1, apply_task, &c);
 }

@@ -51,8 +51,9 @@ int tdo_parallel_for(int64_t n, int nthreads, int64_t grain, tdo_range_fn fn, vo
     return T;
 }
 
-/* Version of the C ABI the Python wrappers were written against. */
-TDO_EXPORT int tdo_abi_version(void) { return 1; }
+/* Version of the C ABI the Python wrappers were written against (2: uint64 data codes in
+ * tdo_scatter_nd and tdo_top_k1; a stale build of version 1 would misread them). */
+TDO_EXPORT int tdo_abi_version(void) { return 2; }
 
 /* Ask the kernel to back [p, p + len) with transparent huge pages before it is first written
  * (only the 2 MiB-aligned interior; a hint, failures are ignored).  A fresh output of tens of MB

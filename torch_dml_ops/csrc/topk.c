@@ -4,7 +4,8 @@
  * "increasing" inverts the key), and every element to a composite (key, MAXIDX - index), so that
  * the lower index wins among equal keys and all composites of a row are distinct: any selection
  * or sort on composites is stable.  <= 32-bit dtypes use a 32-bit key in a uint64 composite (rows
- * shorter than 2**32), 64-bit dtypes a 64-bit key in an unsigned __int128 composite.
+ * shorter than 2**32), 64-bit dtypes a 64-bit key in an unsigned __int128 composite.  Unsigned
+ * integers (uint64 included) are their own keys: values of 2**63 and above are the largest.
  *
  * Floats: -0.0 is +0.0, every NaN is one key above +inf (NaN greatest, all NaNs equal), then the
  * sign-flip trick.  Signed integers: the sign bit flipped.  Values are copied back from the input
@@ -30,11 +31,14 @@
 typedef unsigned __int128 u128;
 
 /* Data dtypes, as _native_topk.py numbers them. */
-enum { D_F32 = 0, D_F16, D_BF16, D_F64, D_I64, D_I32, D_I16, D_I8, D_U8, D_U16, D_U32, D_BOOL };
+enum { D_F32 = 0, D_F16, D_BF16, D_F64, D_I64, D_I32, D_I16, D_I8, D_U8, D_U16, D_U32, D_BOOL,
+       D_U64 };
+
+static int is_wide(int dt) { return dt == D_F64 || dt == D_I64 || dt == D_U64; }
 
 static int elem_size(int dt) {
     switch (dt) {
-    case D_F64: case D_I64: return 8;
+    case D_F64: case D_I64: case D_U64: return 8;
     case D_F32: case D_I32: case D_U32: return 4;
     case D_F16: case D_BF16: case D_I16: case D_U16: return 2;
     default: return 1;
@@ -92,6 +96,7 @@ INT_KEY(key1_u32, uint32_t, uint32_t, 0)
 INT_KEY(key1_u16, uint16_t, uint32_t, 0)
 INT_KEY(key1_u8, uint8_t, uint32_t, 0)
 INT_KEY(key1_i64, uint64_t, uint64_t, 0x8000000000000000ull)
+INT_KEY(key1_u64, uint64_t, uint64_t, 0)
 
 /* kb[j] = key(x[s + j]) ^ mask for j < len; returns the largest.  With sm, also the largest key
  * of every SUB keys into sm (the threshold test skips such a chunk with one comparison); without
@@ -133,6 +138,7 @@ BLOCK_KEYS(keys_u32, key1_u32, uint32_t, uint32_t)
 BLOCK_KEYS(keys_u16, key1_u16, uint16_t, uint32_t)
 BLOCK_KEYS(keys_u8, key1_u8, uint8_t, uint32_t)
 BLOCK_KEYS(keys_i64, key1_i64, uint64_t, uint64_t)
+BLOCK_KEYS(keys_u64, key1_u64, uint64_t, uint64_t)
 
 static key32_fn key32_for(int dt) {
     switch (dt) {
@@ -145,6 +151,14 @@ static key32_fn key32_for(int dt) {
     case D_U32: return keys_u32;
     case D_U16: return keys_u16;
     default: return keys_u8;    /* uint8, bool (its byte) */
+    }
+}
+
+static key64_fn key64_for(int dt) {
+    switch (dt) {
+    case D_F64: return keys_f64;
+    case D_I64: return keys_i64;
+    default: return keys_u64;
     }
 }
 
@@ -317,10 +331,11 @@ typedef struct {
     const char *x;
     int dt, esize, wide, idt;
     int64_t rows, n, inner, k, cap, segs;
+    int64_t slot;      /* split rows: candidate entries per segment, min(k, longest segment) */
     uint64_t mask;
     char *out_v;
     void *out_i;
-    void *cand;        /* split rows: [rows * segs * k] composites */
+    void *cand;        /* split rows: [rows * segs * slot] composites */
     int64_t *cnt;      /* split rows: [rows * segs] candidate counts */
     int failed;
 } topk_ctx;
@@ -347,8 +362,8 @@ static void emit(topk_ctx *c, int64_t r, void *buf) {
 
 static int64_t scan(topk_ctx *c, const char *row, int64_t s0, int64_t s1, void *buf, void *kb) {
     if (c->wide)
-        return scan_64(row, s0, s1, c->k, c->dt == D_F64 ? keys_f64 : keys_i64, c->mask,
-                       (u128 *)buf, c->cap, (uint64_t *)kb);
+        return scan_64(row, s0, s1, c->k, key64_for(c->dt), c->mask, (u128 *)buf, c->cap,
+                       (uint64_t *)kb);
     return scan_32(row, s0, s1, c->k, key32_for(c->dt), (uint32_t)c->mask, (uint64_t *)buf,
                    c->cap, (uint32_t *)kb);
 }
@@ -392,24 +407,25 @@ static void segs_fn(void *p, int64_t b, int64_t e, int tid) {
         int64_t r = t / c->segs, g = t % c->segs;
         int64_t s0 = c->n * g / c->segs, s1 = c->n * (g + 1) / c->segs;
         int64_t m = scan(c, c->x + r * c->n * c->esize, s0, s1, buf, kb);
-        memcpy((char *)c->cand + (size_t)t * (size_t)c->k * cs, buf, (size_t)m * cs);
+        memcpy((char *)c->cand + (size_t)t * (size_t)c->slot * cs, buf, (size_t)m * cs);
         c->cnt[t] = m;
     }
     free(buf);
     free(kb);
 }
 
-/* Merge the split rows' candidates [b, e): the k best of the (at most segs * k) candidates. */
+/* Merge the split rows' candidates [b, e): the k best of the (at most segs * slot) candidates. */
 static void merge_fn(void *p, int64_t b, int64_t e, int tid) {
     topk_ctx *c = (topk_ctx *)p;
     (void)tid;
     const size_t cs = comp_size(c);
     for (int64_t r = b; r < e; r++) {
-        char *base = (char *)c->cand + (size_t)(r * c->segs) * (size_t)c->k * cs;
+        char *base = (char *)c->cand + (size_t)(r * c->segs) * (size_t)c->slot * cs;
         int64_t m = 0;
         for (int64_t g = 0; g < c->segs; g++) {   /* compact (a short segment has < k) */
             int64_t cn = c->cnt[r * c->segs + g];
-            memmove(base + (size_t)m * cs, base + (size_t)g * (size_t)c->k * cs, (size_t)cn * cs);
+            memmove(base + (size_t)m * cs, base + (size_t)g * (size_t)c->slot * cs,
+                    (size_t)cn * cs);
             m += cn;
         }
         if (m > c->k) {
@@ -422,10 +438,15 @@ static void merge_fn(void *p, int64_t b, int64_t e, int tid) {
 
 /* The k best (largest when `largest`, else smallest) of every row of x ([rows, n], contiguous,
  * dtype dt), sorted, ties by lower index; into out_v / out_i laid out [rows / inner, k, inner]
- * (index dtype idt).  `grain`: elements per thread at least; rows fewer than the threads and at
- * least 2 * seg_min long are split into segments of seg_min elements or more.  `cap_min`: the
- * candidate buffer holds k + max(k, cap_min).  Returns 0, or -1 when memory ran out; rows
- * of n >= 2**32 with a <= 32-bit dtype are the caller's to refuse. */
+ * (index dtype idt).  `nthreads`: at most this many threads (and at most TDO_MAX_THREADS, so
+ * that an absurd request costs nothing).  `grain`: elements per thread at least; rows fewer
+ * than the threads and at least 2 * seg_min long are split into segments of seg_min elements or
+ * more, at most as many segments in all as threads (rows * segs < nthreads + rows).
+ * `cap_min`: the candidate buffer holds k + max(k, cap_min) (a segment's, at most its length
+ * + 1).  Memory: per thread the candidate buffer and a key block; split rows also
+ * rows * segs * min(k, longest segment) composites, at most about the input's element count.
+ * Returns 0, or -1 when memory ran out; rows of n >= 2**32 with a <= 32-bit dtype are the
+ * caller's to refuse. */
 TDO_EXPORT int tdo_top_k1(const void *x, int dt, int64_t rows, int64_t n, int64_t inner,
                           int64_t k, int largest, void *out_v, void *out_i, int idt, int nthreads,
                           int64_t grain, int64_t seg_min, int64_t cap_min) {
@@ -435,7 +456,7 @@ TDO_EXPORT int tdo_top_k1(const void *x, int dt, int64_t rows, int64_t n, int64_
     c.x = (const char *)x;
     c.dt = dt;
     c.esize = elem_size(dt);
-    c.wide = dt == D_F64 || dt == D_I64;
+    c.wide = is_wide(dt);
     c.idt = idt;
     c.rows = rows;
     c.n = n;
@@ -448,12 +469,19 @@ TDO_EXPORT int tdo_top_k1(const void *x, int dt, int64_t rows, int64_t n, int64_
     c.out_i = out_i;
     if (grain < 1) grain = 1;
     if (seg_min < 1) seg_min = 1;
+    if (nthreads < 1) nthreads = 1;
+    if (nthreads > TDO_MAX_THREADS) nthreads = TDO_MAX_THREADS;   /* tdo_parallel_for's cap */
     int64_t segs = n / seg_min;
     int64_t per_row = (nthreads + rows - 1) / rows;
     if (segs > per_row) segs = per_row;
     if (rows < nthreads && segs >= 2 && k < n) {
+        /* A segment yields at most min(k, its length) candidates; its scan buffer never needs
+         * more than its length + 1 entries (it then never fills: one selection at the end). */
+        const int64_t longest = (n + segs - 1) / segs;
         c.segs = segs;
-        c.cand = malloc((size_t)(rows * segs) * (size_t)k * comp_size(&c));
+        c.slot = k < longest ? k : longest;
+        if (c.cap > longest + 1) c.cap = longest + 1;
+        c.cand = malloc((size_t)(rows * segs) * (size_t)c.slot * comp_size(&c));
         c.cnt = (int64_t *)malloc((size_t)(rows * segs) * sizeof(int64_t));
         if (c.cand && c.cnt) {
             tdo_parallel_for(rows * segs, nthreads, 1, segs_fn, &c);
