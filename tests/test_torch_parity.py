@@ -721,3 +721,52 @@ def test_scatter_nd_inplace_errors_name_the_inplace_op(call, any_backend):
         call(x)
     assert str(e.value).startswith("scatter_nd_:"), str(e.value)
     assert torch.equal(x, torch.zeros(4))
+
+
+# ------------------------------------ tensors whose storage was resized away (item 14)
+
+def _freed(t):
+    t.untyped_storage().resize_(0)
+    return t
+
+
+def _view_of_freed():
+    base = torch.ones(10)
+    view = base[2:].view(2, 4)
+    base.untyped_storage().resize_(0)
+    return view
+
+
+@pytest.mark.parametrize("case", [
+    ("gather input", lambda: tdo.gather_nd(_freed(torch.ones(4, 3)), torch.tensor([[1]]))),
+    ("gather indices", lambda: tdo.gather_nd(torch.ones(4, 3), _freed(torch.tensor([[1]])))),
+    ("gather out", lambda: tdo.gather_nd(torch.ones(4, 3), torch.tensor([[1]]),
+                                         out=_freed(torch.ones(1, 3)))),
+    ("scatter input", lambda: tdo.scatter_nd(_freed(torch.ones(4)), torch.tensor([[1]]),
+                                             torch.ones(1))),
+    ("scatter half add", lambda: tdo.scatter_nd(_freed(torch.ones(4, dtype=torch.half)),
+                                                torch.tensor([[1]]),
+                                                torch.ones(1, dtype=torch.half), "add")),
+    ("scatter updates", lambda: tdo.scatter_nd(torch.ones(4), torch.tensor([[1]]),
+                                               _freed(torch.ones(1)))),
+    ("scatter out", lambda: tdo.scatter_nd(torch.ones(4), torch.tensor([[1]]), torch.ones(1),
+                                           out=_freed(torch.ones(4)))),
+    ("scatter in place", lambda: tdo.scatter_nd_(_freed(torch.ones(4)), torch.tensor([[1]]),
+                                                 torch.ones(1))),
+    ("top_k1", lambda: tdo.top_k1(_freed(torch.ones(4, 6)), 2)),
+    ("a view of a freed base", lambda: tdo.top_k1(_view_of_freed(), 2)),
+], ids=lambda c: c[0])
+def test_resized_storage_raises_on_every_backend(case, any_backend):
+    with pytest.raises(RuntimeError, match="storage has 0 bytes but the tensor needs"):
+        case[1]()
+
+
+def test_resized_storage_leaves_the_other_tensors_alone():
+    out = torch.full((1, 3), 7.)
+    with pytest.raises(RuntimeError, match="InputTensor's storage"):
+        tdo.gather_nd(_freed(torch.ones(4, 3)), torch.tensor([[1]]), out=out)
+    assert torch.equal(out, torch.full((1, 3), 7.))
+    target = torch.full((4,), 7.)
+    with pytest.raises(RuntimeError, match="UpdatesTensor's storage"):
+        tdo.scatter_nd_(target, torch.tensor([[1]]), _freed(torch.ones(1)))
+    assert torch.equal(target, torch.full((4,), 7.))

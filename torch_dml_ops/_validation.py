@@ -271,6 +271,32 @@ def _byte_span(t: torch.Tensor) -> tuple:
     return (start, start + extent * t.element_size())
 
 
+def storage_bytes_needed(t: torch.Tensor) -> int:
+    """Bytes of storage ``t`` addresses, from the start of its storage (0 without elements)."""
+    if t.numel() == 0:
+        return 0
+    last = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    return (last + 1) * t.element_size()
+
+
+def check_storage(op: str, role: str, t: torch.Tensor) -> None:
+    """Raise RuntimeError (the type of torch's own storage bounds check) unless ``t``'s storage
+    holds every byte ``t`` addresses.  A storage resized under a tensor (FSDP frees sharded
+    parameters with ``untyped_storage().resize_(0)``) would otherwise be read or written through
+    a dangling pointer: by the native and Triton kernels, and by some torch ops themselves.
+    Metadata only (~0.3 us), for every backend and device, before anything is read or written."""
+    have = t.untyped_storage().nbytes()
+    if t.is_contiguous():
+        need = (t.storage_offset() + t.numel()) * t.element_size() if t.numel() else 0
+    else:
+        need = storage_bytes_needed(t)
+    if need > have:
+        raise RuntimeError(
+            f"{op}: {role}'s storage has {have} bytes but the tensor needs {need} bytes "
+            f"(shape {tuple(t.shape)}, stride {tuple(t.stride())}, storage offset "
+            f"{t.storage_offset()}, {t.element_size()}-byte elements; was its storage resized?)")
+
+
 def resolved(t: torch.Tensor) -> torch.Tensor:
     """``t`` with a set negative bit (``torch._neg_view``, the imaginary part of a conjugate)
     materialized: the kernels read memory raw, so they must see the values the tensor shows."""

@@ -26,7 +26,7 @@ from ._fallback import (check_and_wrap_plan, gather_nd_torch, index_matrix,
 from ._forms import GatherLayout, gather_layout
 from ._library import document, lib
 from ._validation import (SIGNED_INDEX_DTYPES, _state, check_gather_nd, check_out,
-                          as_int, check_out_meta, check_tensors, raise_index_error, resolved, written)
+                          as_int, check_out_meta, check_storage, check_tensors, raise_index_error, resolved, written)
 
 __all__ = ["gather_nd"]
 
@@ -87,6 +87,8 @@ def _gather_nd_impl(input, indices, batch_dims=0, input_dimension_count=None,
                     indices_dimension_count=None, feature_level="permissive", check_indices=True):
     lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
                           indices_dimension_count, feature_level, check_indices)
+    check_storage("gather_nd", "InputTensor", input)
+    check_storage("gather_nd", "IndicesTensor", indices)
     return _gather_into(None, resolved(input), resolved(indices), lay, check_indices)
 
 
@@ -97,6 +99,9 @@ def _gather_nd_out_impl(input, indices, batch_dims=0, input_dimension_count=None
                           indices_dimension_count, feature_level, check_indices)
     check_out("gather_nd", out, lay.out_shape, input.dtype, input.device,
               (("InputTensor", input), ("IndicesTensor", indices)))
+    check_storage("gather_nd", "InputTensor", input)
+    check_storage("gather_nd", "IndicesTensor", indices)
+    check_storage("gather_nd", "OutputTensor (out)", out)
     input, indices = resolved(input), resolved(indices)
     if out.is_neg():
         # A negative view: the kernels write raw memory, copy_ writes through the negation.
@@ -131,8 +136,10 @@ def _gather_nd_backward_impl(grad, indices, input_shape, batch_dims, input_dimen
                         input_dimension_count, indices_dimension_count)
     sizes = lay.index_sizes
     batch, rows, slice_len, n_tuples = lay.batch, lay.rows, lay.slice_len, lay.n_tuples
+    check_storage("gather_nd_backward", "grad", grad)
+    check_storage("gather_nd_backward", "IndicesTensor", indices)
     grad_in = torch.zeros(rows, slice_len, dtype=grad.dtype, device=grad.device)
-    indices = resolved(indices)
+    indices, grad = resolved(indices), resolved(grad)
     if n_tuples:
         signed = indices.dtype in SIGNED_INDEX_DTYPES
         idx2 = index_matrix(indices, n_tuples, lay.k, rows < 2**31)

@@ -29,7 +29,7 @@ from ._forms import GatherLayout, gather_layout
 from .gather_nd import GATHER_ND
 from ._library import document, lib
 from ._validation import (SIGNED_INDEX_DTYPES, _state, check_out, check_out_meta,
-                          check_scatter_nd, check_tensors, raise_index_error, resolved,
+                          check_scatter_nd, check_storage, check_tensors, raise_index_error, resolved,
                           written)
 
 __all__ = ["scatter_nd", "scatter_nd_"]
@@ -58,7 +58,7 @@ def _scatter_into(op: str, dst: torch.Tensor, source: Optional[torch.Tensor],
         backend = _backend.backend_for(dst)
     if backend == "native":
         if _native_gather_scatter.scatter_nd_native(dst, source, indices, updates, lay,
-                                                    reduction):
+                                                    reduction, op, deterministic):
             return
     if backend == "triton":
         from . import triton_kernels as tk
@@ -108,8 +108,17 @@ def _scatter_nd_impl(input, indices, updates, reduction="none", input_dimension_
                      deterministic=False):
     lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                            indices_dimension_count, feature_level, check_indices, deterministic)
+    _check_storages("scatter_nd", input, indices, updates)
     return _scatter_fresh(resolved(input), resolved(indices), resolved(updates), lay, reduction,
                           check_indices, _deterministic(deterministic))
+
+
+def _check_storages(op, input, indices, updates, out=None, out_name="OutputTensor (out)"):
+    check_storage(op, "InputTensor", input)
+    check_storage(op, "IndicesTensor", indices)
+    check_storage(op, "UpdatesTensor", updates)
+    if out is not None:
+        check_storage(op, out_name, out)
 
 
 def _scatter_nd_write(op, target, source, indices, updates, lay, reduction, check, det):
@@ -132,6 +141,7 @@ def _scatter_nd_out_impl(input, indices, updates, reduction="none", input_dimens
                            indices_dimension_count, feature_level, check_indices, deterministic)
     check_out("scatter_nd", out, input.shape, input.dtype, input.device,
               (("InputTensor", input), ("IndicesTensor", indices), ("UpdatesTensor", updates)))
+    _check_storages("scatter_nd", input, indices, updates, out)
     _scatter_nd_write("scatter_nd", out, input, indices, updates, lay, reduction, check_indices,
                       _deterministic(deterministic))
 
@@ -145,6 +155,7 @@ def _scatter_nd_inplace_impl(input, indices, updates, reduction="none",
     check_out("scatter_nd_", input, input.shape, input.dtype, input.device,
               (("IndicesTensor", indices), ("UpdatesTensor", updates)),
               name="InputTensor (the in-place target)")
+    _check_storages("scatter_nd_", input, indices, updates)
     _scatter_nd_write("scatter_nd_", input, None, indices, updates, lay, reduction,
                       check_indices, _deterministic(deterministic))
 

@@ -24,7 +24,8 @@ import torch.utils._pytree as _pytree
 from . import _autograd, _backend, _native_topk
 from ._fallback import top_k1_torch
 from ._library import document, lib
-from ._validation import _state, as_int, check_tensors, check_top_k1, resolved
+from ._validation import (_state, as_int, check_storage, check_tensors, check_top_k1,
+                          resolved)
 
 __all__ = ["top_k1", "topk", "AxisDirection", "TopK1Result"]
 
@@ -59,6 +60,7 @@ def _top_k1_impl(input, k, axis=-1, direction="decreasing", index_dtype=None,
     index_dtype = torch.int64 if index_dtype is None else index_dtype
     ax = check_top_k1(input, k, axis, direction, index_dtype, feature_level)
     largest = direction == "decreasing"
+    check_storage("top_k1", "InputTensor", input)
     input = resolved(input)
     backend = _backend.backend_for(input)
     if backend == "triton":
