@@ -267,6 +267,8 @@ def _byte_span(t: torch.Tensor) -> tuple:
     if t.numel() == 0:
         return (0, 0)
     start = t.data_ptr()
+    if t.is_contiguous():
+        return (start, start + t.nbytes)
     extent = 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
     return (start, start + extent * t.element_size())
 
@@ -286,10 +288,9 @@ def check_storage(op: str, role: str, t: torch.Tensor) -> None:
     a dangling pointer: by the native and Triton kernels, and by some torch ops themselves.
     Metadata only (~0.3 us), for every backend and device, before anything is read or written."""
     have = t.untyped_storage().nbytes()
-    if t.is_contiguous():
-        need = (t.storage_offset() + t.numel()) * t.element_size() if t.numel() else 0
-    else:
-        need = storage_bytes_needed(t)
+    if t.is_contiguous() and t.storage_offset() * t.itemsize + t.nbytes <= have:
+        return
+    need = storage_bytes_needed(t)
     if need > have:
         raise RuntimeError(
             f"{op}: {role}'s storage has {have} bytes but the tensor needs {need} bytes "
@@ -316,10 +317,17 @@ class MemoryOverlapError(ConstraintError, RuntimeError):
     :class:`ConstraintError` (so a ``ValueError``) like the library's other argument errors."""
 
 
+_TORCH_OVERLAP = getattr(torch, "_debug_has_internal_overlap", None)
+
+
 def has_internal_overlap(t: torch.Tensor) -> bool:
     """Whether two elements of ``t`` share a memory location (exact for every layout)."""
-    if t.numel() <= 1:
+    if t.is_contiguous() or t.numel() <= 1:
         return False
+    if _TORCH_OVERLAP is not None:
+        verdict = _TORCH_OVERLAP(t)      # torch's own test: 0 no, 1 yes, 2 too hard to tell
+        if verdict != 2:
+            return verdict == 1
     dims = sorted((abs(st), sz) for sz, st in zip(t.shape, t.stride()) if sz > 1)
     extent = 0   # the largest offset reachable with the dims so far
     for st, sz in dims:
@@ -460,11 +468,15 @@ def check_tensor(op: str, name: str, t) -> None:
 _TENSOR_NAMES = ("InputTensor", "IndicesTensor", "UpdatesTensor")
 
 
-def check_tensors(op: str, *tensors) -> None:
-    """The public functions' tensor arguments (input, indices, updates), before anything else."""
+def check_tensors(op: str, *tensors, out=None) -> None:
+    """The public functions' tensor arguments (input, indices, updates, out), before the
+    dispatcher sees them (it would raise a RuntimeError for what torch users expect to be a
+    TypeError)."""
     for name, t in zip(_TENSOR_NAMES, tensors):
         if not isinstance(t, torch.Tensor):
             check_tensor(op, name, t)
+    if out is not None and not isinstance(out, torch.Tensor):
+        check_tensor(op, "out", out)
 
 
 def check_int(op: str, name: str, v, optional: bool = False) -> None:
@@ -504,14 +516,18 @@ def check_gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int,
 
     The argument types are checked first, the same for every backend and the fake kernel, so
     the memoized results (keyed on values) never see a value of another type."""
-    op = "gather_nd"
-    check_tensor(op, "InputTensor", input)
-    check_tensor(op, "IndicesTensor", indices)
-    check_int(op, "batch_dims", batch_dims)
-    check_int(op, "input_dimension_count", input_dimension_count, optional=True)
-    check_int(op, "indices_dimension_count", indices_dimension_count, optional=True)
-    check_str(op, "feature_level", level)
-    check_bool(op, "check_indices", check_indices)
+    if not (type(batch_dims) is int and input_dimension_count is None
+            and indices_dimension_count is None and type(level) is str
+            and type(check_indices) is bool and isinstance(input, torch.Tensor)
+            and isinstance(indices, torch.Tensor)):      # else the detailed checks (~1 us)
+        op = "gather_nd"
+        check_tensor(op, "InputTensor", input)
+        check_tensor(op, "IndicesTensor", indices)
+        check_int(op, "batch_dims", batch_dims)
+        check_int(op, "input_dimension_count", input_dimension_count, optional=True)
+        check_int(op, "indices_dimension_count", indices_dimension_count, optional=True)
+        check_str(op, "feature_level", level)
+        check_bool(op, "check_indices", check_indices)
     if input.device != indices.device:
         check_same_device("gather_nd", (("InputTensor", input), ("IndicesTensor", indices)))
     key = (input.shape, indices.shape, input.dtype, indices.dtype, batch_dims,
@@ -563,15 +579,20 @@ def check_scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.
     """Every metadata rule of DML_SCATTER_ND at ``level``; returns the layout (``out_shape`` is
     the shape UpdatesTensor must have).  ``op`` names the caller in messages (``scatter_nd_``
     for the in-place variant)."""
-    check_tensor(op, "InputTensor", input)
-    check_tensor(op, "IndicesTensor", indices)
-    check_tensor(op, "UpdatesTensor", updates)
-    check_str(op, "reduction", reduction)
-    check_int(op, "input_dimension_count", input_dimension_count, optional=True)
-    check_int(op, "indices_dimension_count", indices_dimension_count, optional=True)
-    check_str(op, "feature_level", level)
-    check_bool(op, "check_indices", check_indices)
-    check_bool(op, "deterministic", deterministic)
+    if not (type(reduction) is str and input_dimension_count is None
+            and indices_dimension_count is None and type(level) is str
+            and type(check_indices) is bool and type(deterministic) is bool
+            and isinstance(input, torch.Tensor) and isinstance(indices, torch.Tensor)
+            and isinstance(updates, torch.Tensor)):      # else the detailed checks (~1 us)
+        check_tensor(op, "InputTensor", input)
+        check_tensor(op, "IndicesTensor", indices)
+        check_tensor(op, "UpdatesTensor", updates)
+        check_str(op, "reduction", reduction)
+        check_int(op, "input_dimension_count", input_dimension_count, optional=True)
+        check_int(op, "indices_dimension_count", indices_dimension_count, optional=True)
+        check_str(op, "feature_level", level)
+        check_bool(op, "check_indices", check_indices)
+        check_bool(op, "deterministic", deterministic)
     if input.device != indices.device or input.device != updates.device:
         check_same_device(op, (("InputTensor", input), ("IndicesTensor", indices),
                                ("UpdatesTensor", updates)))
@@ -644,15 +665,18 @@ _topk_memo = _Memo()
 def check_top_k1(input: torch.Tensor, k: int, axis: int, direction: str,
                  index_dtype: torch.dtype, level: str) -> int:
     """Every metadata rule of DML_TOP_K1 at ``level``; returns the axis, made non-negative."""
-    op = "top_k1"
-    check_tensor(op, "InputTensor", input)
-    check_int(op, "k", k)
-    check_int(op, "axis", axis)
-    check_str(op, "direction", direction)
-    if not isinstance(index_dtype, torch.dtype):
-        raise TypeError(f"{op}: index_dtype must be a torch.dtype, got {_type_name(index_dtype)} "
-                        f"{index_dtype!r}")
-    check_str(op, "feature_level", level)
+    if not (type(k) is int and type(axis) is int and type(direction) is str
+            and type(index_dtype) is torch.dtype and type(level) is str
+            and isinstance(input, torch.Tensor)):        # else the detailed checks (~1 us)
+        op = "top_k1"
+        check_tensor(op, "InputTensor", input)
+        check_int(op, "k", k)
+        check_int(op, "axis", axis)
+        check_str(op, "direction", direction)
+        if not isinstance(index_dtype, torch.dtype):
+            raise TypeError(f"{op}: index_dtype must be a torch.dtype, got "
+                            f"{_type_name(index_dtype)} {index_dtype!r}")
+        check_str(op, "feature_level", level)
     key = (input.shape, input.dtype, k, axis, direction, index_dtype, level)
     ax = _topk_memo.get(key)
     if ax is None:

@@ -306,14 +306,15 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
                 [0., 1.]])
     """
     level = _state.level
-    check_tensors("gather_nd", input, indices)
     batch_dims = as_int("gather_nd", "batch_dims", batch_dims)
     if out is None:
         if _backend.plain_eager_call((input, indices), (input,)):
             return _gather_nd_impl(input, indices, batch_dims, input_dimension_count,
                                    indices_dimension_count, level, check_indices)
+        check_tensors("gather_nd", input, indices)      # before the dispatcher's own error
         return GATHER_ND.call(input, indices, batch_dims, input_dimension_count,
                               indices_dimension_count, level, check_indices)
+    check_tensors("gather_nd", input, indices, out=out)
     if torch.is_grad_enabled() and (input.requires_grad or out.requires_grad):
         raise RuntimeError(_autograd.refuse_out_grad("gather_nd"))
     if _backend.plain_eager_call((input, indices, out), ()):

@@ -459,13 +459,14 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         tensor([ 1., 11.,  3., 10.,  9.,  6.,  7., 12.])
     """
     level = _state.level
-    check_tensors("scatter_nd", input, indices, updates)
     if out is None:
         if _backend.plain_eager_call((input, indices, updates), (input, updates)):
             return _scatter_nd_impl(input, indices, updates, reduction, input_dimension_count,
                                     indices_dimension_count, level, check_indices)
+        check_tensors("scatter_nd", input, indices, updates)   # before the dispatcher's error
         return SCATTER_ND.call(input, indices, updates, reduction, input_dimension_count,
                                indices_dimension_count, level, check_indices, False)
+    check_tensors("scatter_nd", input, indices, updates, out=out)
     if torch.is_grad_enabled() and (input.requires_grad or updates.requires_grad
                                     or out.requires_grad):
         raise RuntimeError(_autograd.refuse_out_grad("scatter_nd"))
@@ -491,11 +492,11 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
     leaves ``input`` unmodified.
     """
     level = _state.level
-    check_tensors("scatter_nd_", input, indices, updates)
     if _backend.plain_eager_call((input, indices, updates), (input, updates)):
         _scatter_nd_inplace_impl(input, indices, updates, reduction, input_dimension_count,
                                  indices_dimension_count, level, check_indices)
     else:
+        check_tensors("scatter_nd_", input, indices, updates)  # before the dispatcher's error
         _INPLACE_OP(input, indices, updates, reduction, input_dimension_count,
                     indices_dimension_count, level, check_indices)
     return input

@@ -185,13 +185,13 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
         >>> top_k1(torch.tensor([1., 2, 2, 3]), 3)
         TopK1Result(values=tensor([3., 2., 2.]), indices=tensor([3, 1, 2]))
     """
-    check_tensors("top_k1", input)
     d = _direction(direction)
     k, axis = as_int("top_k1", "k", k), as_int("top_k1", "axis", axis)
     level = _state.level
     if _backend.plain_eager_call((input,), (input,)):
         v, i = _top_k1_impl(input, k, axis, d, index_dtype, level)
     else:
+        check_tensors("top_k1", input)                  # before the dispatcher's own error
         v, i = TOP_K1.call(input, k, axis, d, index_dtype, level)
     return TopK1Result(v, i)
 
