@@ -281,6 +281,21 @@ def test_inplace_scatter_is_recorded_like_index_copy(reduction, any_backend):
     assert torch.autograd.gradcheck(ours, (w, u))
 
 
+@pytest.mark.compile
+def test_inplace_scatter_autograd_compiles():
+    w = torch.randn(6, 3, requires_grad=True)
+    u = torch.randn(2, 3, requires_grad=True)
+    i = torch.tensor([[1], [4]])
+
+    def f(w, u):
+        y = w * 2
+        tdo.scatter_nd_(y, i, u)
+        return (y * y).sum()
+    want = torch.autograd.grad(f(w, u), (w, u))
+    got = torch.autograd.grad(torch.compile(f, fullgraph=True)(w, u), (w, u))
+    torch.testing.assert_close(got, want)
+
+
 def test_inplace_scatter_into_a_view_rebases_the_base():
     w = torch.randn(4, 6, dtype=F64, requires_grad=True)
     u = torch.randn(2, 4, dtype=F64, requires_grad=True)

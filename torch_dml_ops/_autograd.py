@@ -13,9 +13,11 @@ Function with:
 * ``generate_vmap_rule = True``: under vmap, forward/backward/jvp run on batched tensors through
   the ops' own vmap rules.
 
-The Autograd kernel applies the Function only when something will look at a derivative (grad
-mode with an input that requires grad, a forward-AD level, or a torch.func transform); otherwise
-it redispatches below autograd, as the generated kernel does.  The ``out=`` overloads get a
+The Function is applied only when something will look at a derivative (grad mode with an input
+that requires grad, a forward-AD level, or a torch.func transform): by the public functions
+directly (``Differentiable.call``; torch.func wants an autograd.Function applied before the
+dispatcher), and by the Autograd kernel for ``torch.ops`` callers and traced graphs.  Otherwise
+the op runs below autograd, as with the kernel torch would generate.  The ``out=`` overloads get a
 kernel that refuses autograd, like torch's ``out=`` functions.
 """
 from __future__ import annotations
@@ -127,7 +129,7 @@ class Differentiable:
             return self.op.redispatch(keyset & _C._after_autograd_keyset, *args, **kwargs)
 
 
-def refuse_out_grad(opname: str, out_names: Sequence[str] = ("out",)) -> str:
+def refuse_out_grad(opname: str) -> str:
     """The message of torch's ``out=`` functions when an argument requires grad."""
     return (f"{opname}(): functions with out=... arguments don't support automatic "
             f"differentiation, but one of the arguments requires grad.")
