@@ -168,6 +168,34 @@ def test_torch_func_transforms_match_the_reference(name, any_backend):
                                vmap(jvp, in_dims=(None, 0, 0))(ref, (xb,), (xb,))[1])
 
 
+def test_torch_func_transforms_in_the_dml_form(any_backend):
+    # The DML form (padded, dimension counts) through jacrev/jacfwd (vmap over its derivatives):
+    # the batching rules run it in its natural form and pad back.
+    x = torch.randn(1, 4, 3, dtype=F64)
+    i = torch.tensor([[[1], [3], [-3]]])
+    u = torch.randn(1, 3, 3, dtype=F64)
+    kw = dict(input_dimension_count=2, indices_dimension_count=2)
+
+    def gather(x):
+        return tdo.gather_nd(x, i, **kw)
+
+    def gather_ref(x):
+        return x[:, i[0, :, 0]]
+
+    def scatter(x, u):
+        return tdo.scatter_nd(x, i, u, **kw)
+
+    def scatter_ref(x, u):
+        rows = [x[0, r] for r in range(4)]
+        for t in range(3):
+            rows[int(i[0, t, 0]) % 4] = u[0, t]
+        return torch.stack(rows)[None]
+    torch.testing.assert_close(jacrev(gather)(x), jacrev(gather_ref)(x))
+    torch.testing.assert_close(jacfwd(gather)(x), jacrev(gather_ref)(x))
+    torch.testing.assert_close(jacrev(scatter, (0, 1))(x, u), jacrev(scatter_ref, (0, 1))(x, u))
+    torch.testing.assert_close(jacfwd(scatter, (0, 1))(x, u), jacrev(scatter_ref, (0, 1))(x, u))
+
+
 def test_torch_func_grad_through_torch_ops():
     x = torch.randn(5, 4, dtype=F64)
     g = grad(lambda a: torch.ops.torch_dml_ops.gather_nd(a, torch.tensor([[1], [1]])).sum())(x)

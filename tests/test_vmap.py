@@ -51,9 +51,21 @@ def test_gather_nd_vmap_batch_dims_grad_and_errors():
     assert torch.equal(g1, g2)
     with pytest.raises(IndexError, match="out of range"):
         torch.vmap(fn)(x.detach(), i + 5)
-    with pytest.raises(ValueError, match="natural form only"):
-        torch.vmap(lambda a, b: tdo.gather_nd(a, b, input_dimension_count=2,
-                                              indices_dimension_count=2))(x.detach()[:, 0], i[:, 0])
+
+
+@pytest.mark.parametrize("in_dims", [(0, 0), (0, None), (None, 0)])
+def test_vmap_dml_form_matches_a_loop(in_dims):
+    x = torch.randn(3, 1, 5, 4, dtype=torch.float64)             # per sample [1, 5, 4]
+    i = torch.randint(-5, 5, (3, 1, 6, 1))                        # per sample [1, 6, 1]
+    u = torch.randn(3, 1, 6, 4, dtype=torch.float64)
+    xs = x if in_dims[0] == 0 else x[0]
+    isx = i if in_dims[1] == 0 else i[0]
+    kw = dict(input_dimension_count=2, indices_dimension_count=2)
+    g = lambda a, b: tdo.gather_nd(a, b, **kw)  # noqa: E731
+    assert torch.equal(torch.vmap(g, in_dims)(xs, isx), loop(g, (xs, isx), in_dims, 3))
+    s = lambda a, b, c: tdo.scatter_nd(a, b, c, "add", **kw)  # noqa: E731
+    dims3 = in_dims + (0,)
+    assert torch.equal(torch.vmap(s, dims3)(xs, isx, u), loop(s, (xs, isx, u), dims3, 3))
 
 
 def test_vmap_checks_the_per_sample_shapes_against_the_feature_level():

@@ -227,24 +227,38 @@ _autograd.register_out("gather_nd_out", "gather_nd")
 
 def _gather_nd_vmap(info, in_dims, input, indices, batch_dims=0, input_dimension_count=None,
                     indices_dimension_count=None, feature_level="permissive", check_indices=True):
-    """torch.vmap: the vmapped dimension becomes one more batch dimension (natural form)."""
-    if input_dimension_count is not None or indices_dimension_count is not None:
-        raise ValueError("gather_nd: torch.vmap supports the natural form only (a vmapped "
-                         "dimension has no place in the DML form's padding)")
-    check_gather_nd(_backend.logical(input, in_dims[0]), _backend.logical(indices, in_dims[1]),
-                    batch_dims, None, None, feature_level)
+    """torch.vmap: the vmapped dimension becomes one more batch dimension of the natural form
+    (a DML-form call is checked as written, then run in its natural form and padded back)."""
+    lay = check_gather_nd(_backend.logical(input, in_dims[0]),
+                          _backend.logical(indices, in_dims[1]), batch_dims,
+                          input_dimension_count, indices_dimension_count, feature_level)
     x, i = _backend.vmap_operands(info, in_dims[:2], (input, indices))
-    return _OP(x, i, batch_dims + 1, None, None, "permissive", check_indices), 0
+    b = info.batch_size
+    if lay.dml_form:
+        x = x.reshape((b,) + tuple(lay.natural_input_shape))
+        i = i.reshape((b,) + tuple(lay.natural_indices_shape))
+    out = _OP(x, i, lay.batch_dims + 1, None, None, "permissive", check_indices)
+    if lay.dml_form:
+        out = out.reshape((b,) + tuple(lay.out_shape))
+    return out, 0
 
 
 def _gather_nd_backward_vmap(info, in_dims, grad, indices, input_shape, batch_dims,
                              input_dimension_count, indices_dimension_count):
+    lay = gather_layout("gather_nd", input_shape,
+                        _backend.logical(indices, in_dims[1]).shape, batch_dims,
+                        input_dimension_count, indices_dimension_count)
     g, i = _backend.vmap_operands(info, in_dims[:2], (grad, indices))
-    return torch.ops.torch_dml_ops.gather_nd_backward(
-        g, i, [info.batch_size] + list(input_shape), batch_dims + 1, None, None), 0
+    b = info.batch_size
+    if lay.dml_form:
+        g = g.reshape((b,) + tuple(lay.natural_out_shape))
+        i = i.reshape((b,) + tuple(lay.natural_indices_shape))
+    out = torch.ops.torch_dml_ops.gather_nd_backward(
+        g, i, [b] + list(lay.natural_input_shape), lay.batch_dims + 1, None, None)
+    return out.reshape([b] + list(input_shape)), 0
 
 
-# torch.vmap without the per-sample fallback loop (natural form).
+# torch.vmap without the per-sample fallback loop (both forms).
 torch.library.register_vmap("torch_dml_ops::gather_nd", _gather_nd_vmap, lib=lib)
 torch.library.register_vmap("torch_dml_ops::gather_nd_backward", _gather_nd_backward_vmap, lib=lib)
 

@@ -393,22 +393,28 @@ lib.impl("scatter_nd_", _scatter_nd_inplace_autograd, "Autograd", with_keyset=Tr
 def _scatter_nd_vmap(info, in_dims, input, indices, updates, reduction="none",
                      input_dimension_count=None, indices_dimension_count=None,
                      feature_level="permissive", check_indices=True, deterministic=False):
-    """torch.vmap: the vmapped dimension becomes one more leading coordinate of every tuple."""
-    if input_dimension_count is not None or indices_dimension_count is not None:
-        raise ValueError("scatter_nd: torch.vmap supports the natural form only (a vmapped "
-                         "dimension has no place in the DML form's padding)")
-    check_scatter_nd(_backend.logical(input, in_dims[0]), _backend.logical(indices, in_dims[1]),
-                     _backend.logical(updates, in_dims[2]), reduction, None, None, feature_level)
+    """torch.vmap: the vmapped dimension becomes one more leading coordinate of every tuple (a
+    DML-form call is checked as written, then run in its natural form and padded back)."""
+    lay = check_scatter_nd(_backend.logical(input, in_dims[0]),
+                           _backend.logical(indices, in_dims[1]),
+                           _backend.logical(updates, in_dims[2]), reduction,
+                           input_dimension_count, indices_dimension_count, feature_level,
+                           check_indices, deterministic)
     x, i, u = _backend.vmap_operands(info, in_dims[:3], (input, indices, updates))
     b = info.batch_size
+    padded = tuple(x.shape)
+    if lay.dml_form:
+        x = x.reshape((b,) + tuple(lay.natural_input_shape))
+        i = i.reshape((b,) + tuple(lay.natural_indices_shape))
+        u = u.reshape((b,) + tuple(lay.natural_out_shape))
     coord = torch.arange(b, device=i.device).to(i.dtype)
     coord = coord.view((b,) + (1,) * (i.dim() - 1)).expand(tuple(i.shape[:-1]) + (1,))
     out = _OP(x, torch.cat([coord, i], dim=-1), u, reduction, None, None, "permissive",
               check_indices, deterministic)
-    return out, 0
+    return out.reshape(padded), 0
 
 
-# torch.vmap without the per-sample fallback loop (natural form, functional op).
+# torch.vmap without the per-sample fallback loop (both forms, functional op).
 torch.library.register_vmap("torch_dml_ops::scatter_nd", _scatter_nd_vmap, lib=lib)
 
 _OP = torch.ops.torch_dml_ops.scatter_nd.default
