@@ -164,6 +164,8 @@ def test_torch_func_transforms_match_the_reference(name, any_backend):
     torch.testing.assert_close(vjp_fn(cot)[0], vjp(ref, x)[1](cot)[0])
     xb = torch.randn((3,) + shape, dtype=F64)
     torch.testing.assert_close(vmap(grad(cube(f)))(xb), vmap(grad(cube(ref)))(xb))
+    torch.testing.assert_close(grad(lambda b: vmap(cube(f))(b).sum())(xb),      # grad of vmap
+                               grad(lambda b: vmap(cube(ref))(b).sum())(xb))
     torch.testing.assert_close(vmap(jvp, in_dims=(None, 0, 0))(f, (xb,), (xb,))[1],
                                vmap(jvp, in_dims=(None, 0, 0))(ref, (xb,), (xb,))[1])
 
