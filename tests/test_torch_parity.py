@@ -198,11 +198,35 @@ def test_torch_func_transforms_in_the_dml_form(any_backend):
     torch.testing.assert_close(jacfwd(scatter, (0, 1))(x, u), jacrev(scatter_ref, (0, 1))(x, u))
 
 
-def test_torch_func_grad_through_torch_ops():
+def test_torch_func_reverse_mode_through_torch_ops():
     x = torch.randn(5, 4, dtype=F64)
-    g = grad(lambda a: torch.ops.torch_dml_ops.gather_nd(a, torch.tensor([[1], [1]])).sum())(x)
-    torch.testing.assert_close(g, torch.zeros(5, 4, dtype=F64).index_fill_(0, torch.tensor([1]),
-                                                                           2.0))
+    i = torch.tensor([[1], [3], [1]])
+
+    def f(x):
+        return torch.ops.torch_dml_ops.gather_nd(x, i)
+
+    def ref(x):
+        return x[i[:, 0]]
+
+    def cube(fn):
+        return lambda a: (fn(a) ** 3).sum()
+    torch.testing.assert_close(grad(cube(f))(x), grad(cube(ref))(x))
+    torch.testing.assert_close(jacrev(f)(x), jacrev(ref)(x))
+    torch.testing.assert_close(hessian(cube(f))(x), hessian(cube(ref))(x))
+    torch.testing.assert_close(grad(lambda a: grad(cube(f))(a).sum())(x),
+                               grad(lambda a: grad(cube(ref))(a).sum())(x))
+    xb = torch.randn(2, 5, 4, dtype=F64)
+    torch.testing.assert_close(vmap(grad(cube(f)))(xb), vmap(grad(cube(ref)))(xb))
+
+
+def test_torch_func_forward_mode_through_torch_ops_raises_never_a_zero():
+    x = torch.randn(5, 4, dtype=F64)
+
+    def f(x):
+        return torch.ops.torch_dml_ops.gather_nd(x, torch.tensor([[1]]))
+    for transform in (lambda: jvp(f, (x,), (x,)), lambda: jacfwd(f)(x)):
+        with pytest.raises(RuntimeError, match="public torch_dml_ops function"):
+            transform()
 
 
 # ------------------------------------------------- gradients with duplicates (item 5)

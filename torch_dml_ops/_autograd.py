@@ -112,18 +112,36 @@ class Differentiable:
             return self.function.apply(*_wrap(args))
         return self.op(*args)
 
+    def _through_functorch(self, args):
+        """Reached through ``torch.ops`` inside a torch.func transform, below the functorch layer
+        that dispatched here: apply the Function as torch.func expects, through its
+        interpreters (as the higher-order op custom_function_call would be)."""
+        from torch._functorch.autograd_function import custom_function_call
+        from torch._functorch.pyfunctorch import dispatch_functorch
+        stack = _C._functorch.get_interpreter_stack()
+        if stack and stack[-1].key() == _C._functorch.TransformType.Jvp:
+            # functorch's jvp interpreter cannot be re-entered from inside its own processing
+            # of an op (an internal assert in torch 2.13): say so instead of a wrong tangent.
+            raise RuntimeError(
+                f"{self.op}: forward-mode torch.func transforms (jvp, jacfwd, hessian of a "
+                f"jvp) are not supported through torch.ops.torch_dml_ops.*; call the public "
+                f"torch_dml_ops function, which supports them (reverse mode works either way)")
+        # Grad or vmap: re-enable the functorch layers for this call, so that the transforms
+        # below this one see the Function too.
+        exclude = _C._dispatch_tls_local_exclude_set()
+        for key in (_C.DispatchKey.FuncTorchDynamicLayerFrontMode,
+                    _C.DispatchKey.FuncTorchDynamicLayerBackMode):
+            exclude = exclude.remove(key)
+        with _C._ForceDispatchKeyGuard(_C._dispatch_tls_local_include_set(), exclude):
+            return dispatch_functorch(custom_function_call, (self.function,) + _wrap(args), {})
+
     def _kernel(self, keyset, *args, **kwargs):
         if derivative_needed(args):
             args, kwargs = fill_defaults(self._schema, args, kwargs)
             if self.prepare is not None:
                 args = self.prepare(args)
             if _C._are_functorch_transforms_active():
-                # Reached through torch.ops inside a torch.func transform: hand the Function to
-                # the transform that is being processed, as custom_function_call would.
-                from torch._functorch.autograd_function import custom_function_call
-                from torch._functorch.pyfunctorch import dispatch_functorch
-                return dispatch_functorch(custom_function_call,
-                                          (self.function,) + _wrap(args), {})
+                return self._through_functorch(args)
             return self.function.apply(*_wrap(args))
         with _C._AutoDispatchBelowAutograd():
             return self.op.redispatch(keyset & _C._after_autograd_keyset, *args, **kwargs)
