@@ -9,7 +9,8 @@ Layers (each greppable by suffix):
   ``gather_nd_triton``           Triton launcher (``triton_kernels/gather_nd.py``)
 
 Registration: ``torch.library`` schema + a CompositeExplicitAutograd kernel (one Python kernel for
-every device, which picks the backend at run time) + ``register_fake`` + ``register_autograd``.
+every device, which picks the backend at run time) + ``register_fake`` + an Autograd kernel
+applying one ``autograd.Function`` (``_autograd.py``: reverse and forward mode, torch.func).
 The op is opaque to torch.compile, so a compiled graph calls the same kernel on CPU and CUDA and
 its behaviour does not depend on the device (``triton_op`` would trace the body into Inductor,
 which then has to be fake-traceable, and the data-dependent index check is not).
