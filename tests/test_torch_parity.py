@@ -478,6 +478,13 @@ def test_self_overlapping_target_is_refused(make, write, any_backend):
     assert torch.equal(t, before)
 
 
+def test_overlap_error_is_exported_and_is_what_torch_users_catch():
+    x = torch.zeros(4, 4)
+    with pytest.raises(tdo.MemoryOverlapError) as e:
+        tdo.gather_nd(x, torch.tensor([[1]]), out=x[1:2])
+    assert isinstance(e.value, RuntimeError) and isinstance(e.value, ValueError)
+
+
 def test_interleaved_but_disjoint_target_is_written_through():
     base = torch.zeros(8)
     t = base.as_strided((2, 3), (3, 2))            # offsets 0 2 4 / 3 5 7: disjoint

@@ -4,7 +4,7 @@ Importing the package registers the ops in the ``torch_dml_ops`` namespace
 (``torch.ops.torch_dml_ops.*``) and exposes their public functions.
 """
 from ._validation import (ConstraintError, ConstraintIndexError, ConstraintTypeError, FEATURE_LEVELS,
-                          feature_level, get_feature_level)
+                          MemoryOverlapError, feature_level, get_feature_level)
 from ._backend import available_backends
 from .gather_nd import gather_nd
 from .scatter_nd import scatter_nd, scatter_nd_
@@ -26,5 +26,6 @@ __all__ = [
     "ConstraintError",
     "ConstraintTypeError",
     "ConstraintIndexError",
+    "MemoryOverlapError",
     "available_backends",
 ]
