@@ -387,6 +387,15 @@ def _scatter_out(out):
     return tdo.scatter_nd(torch.zeros(2), torch.tensor([[1]]), torch.ones(1), out=out)
 
 
+def _scatter_in_place(target):
+    return tdo.scatter_nd_(target, torch.tensor([[1]]), torch.ones(1))
+
+
+#: Every way to write into a caller's 2-element float tensor.
+WRITES = {"gather out": _gather_out, "scatter out": _scatter_out,
+          "scatter in place": _scatter_in_place}
+
+
 @pytest.mark.parametrize("write", [_gather_out, _scatter_out])
 @pytest.mark.parametrize("how", ["parameter", "view of a leaf"])
 def test_out_that_requires_grad_is_refused(write, how, any_backend):
@@ -417,34 +426,24 @@ def test_out_that_requires_grad_is_refused_through_torch_ops(op):
     assert torch.equal(p.detach(), torch.full((2,), 7.))
 
 
-@pytest.mark.parametrize("write", ["gather out", "scatter out", "scatter in place"])
+@pytest.mark.parametrize("write", sorted(WRITES))
 def test_inference_tensor_outside_inference_mode_is_refused(write, any_backend):
     with torch.inference_mode():
         t = torch.full((2,), 7.)
     with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside "
                                            "InferenceMode"):
-        if write == "gather out":
-            _gather_out(t)
-        elif write == "scatter out":
-            _scatter_out(t)
-        else:
-            tdo.scatter_nd_(t, torch.tensor([[1]]), torch.ones(1))
+        WRITES[write](t)
     assert torch.equal(t, torch.full((2,), 7.))
     with torch.inference_mode():
         tdo.scatter_nd_(t, torch.tensor([[1]]), torch.ones(1))
     assert t[1] == 1.
 
 
-@pytest.mark.parametrize("write", ["gather out", "scatter out", "scatter in place"])
+@pytest.mark.parametrize("write", sorted(WRITES))
 def test_every_write_bumps_the_version_counter(write, any_backend):
     t = torch.zeros(2)
     v = t._version
-    if write == "gather out":
-        _gather_out(t)
-    elif write == "scatter out":
-        _scatter_out(t)
-    else:
-        tdo.scatter_nd_(t, torch.tensor([[1]]), torch.ones(1))
+    WRITES[write](t)
     assert t._version > v
 
 

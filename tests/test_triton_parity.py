@@ -179,9 +179,9 @@ def test_scatter_nd_zero_size(both, case, index_dtype, reduction, variant):
                 tdo.scatter_nd_(target, i, u, reduction)
             else:
                 tdo.scatter_nd(x, i, u, reduction, out=target)
-        except IndexError as e:
+        except IndexError:
             assert torch.equal(target, before), "a failing call modified its target"
-            raise IndexError(str(e).replace("scatter_nd_:", "scatter_nd:")) from None
+            raise
         return target
     both(call)
     assert torch.equal(x, torch.arange(x.numel(), dtype=dtype).reshape(shape).to(DEV))

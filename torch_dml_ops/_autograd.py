@@ -147,19 +147,15 @@ class Differentiable:
             return self.op.redispatch(keyset & _C._after_autograd_keyset, *args, **kwargs)
 
 
-def refuse_out_grad(opname: str) -> str:
-    """The message of torch's ``out=`` functions when an argument requires grad."""
-    return (f"{opname}(): functions with out=... arguments don't support automatic "
-            f"differentiation, but one of the arguments requires grad.")
-
-
 def register_out(opname: str, public_name: str) -> None:
     """Autograd kernel of an ``out=`` overload: no autograd, like torch's ``out=`` functions."""
     op = getattr(getattr(torch.ops, NAMESPACE), opname).default
 
     def kernel(keyset, *args, **kwargs):
         if _C.is_grad_enabled() and (_C._any_requires_grad(*args, **kwargs)):
-            raise RuntimeError(refuse_out_grad(public_name))
+            raise RuntimeError(        # torch's message for its own out= functions
+                f"{public_name}(): functions with out=... arguments don't support automatic "
+                f"differentiation, but one of the arguments requires grad.")
         with _C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & _C._after_autograd_keyset, *args, **kwargs)
 

@@ -262,23 +262,26 @@ def check_same_device(op: str, named: Sequence[tuple]) -> None:
             )
 
 
+def _extent(t: torch.Tensor) -> int:
+    """Elements from ``t``'s first element to one past its last (``t`` has elements)."""
+    if t.is_contiguous():
+        return t.numel()
+    return 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+
+
 def _byte_span(t: torch.Tensor) -> tuple:
     """[start, end) byte addresses that a strided tensor may touch (empty span for numel 0)."""
     if t.numel() == 0:
         return (0, 0)
     start = t.data_ptr()
-    if t.is_contiguous():
-        return (start, start + t.nbytes)
-    extent = 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
-    return (start, start + extent * t.element_size())
+    return (start, start + _extent(t) * t.element_size())
 
 
 def storage_bytes_needed(t: torch.Tensor) -> int:
     """Bytes of storage ``t`` addresses, from the start of its storage (0 without elements)."""
     if t.numel() == 0:
         return 0
-    last = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
-    return (last + 1) * t.element_size()
+    return (t.storage_offset() + _extent(t)) * t.element_size()
 
 
 def check_storage(op: str, role: str, t: torch.Tensor) -> None:
@@ -296,6 +299,13 @@ def check_storage(op: str, role: str, t: torch.Tensor) -> None:
             f"{op}: {role}'s storage has {have} bytes but the tensor needs {need} bytes "
             f"(shape {tuple(t.shape)}, stride {tuple(t.stride())}, storage offset "
             f"{t.storage_offset()}, {t.element_size()}-byte elements; was its storage resized?)")
+
+
+def check_storages(op: str, *named) -> None:
+    """:func:`check_storage` for each ``(role, tensor)`` pair (``None`` tensors skipped)."""
+    for role, t in named:
+        if t is not None:
+            check_storage(op, role, t)
 
 
 def resolved(t: torch.Tensor) -> torch.Tensor:
@@ -498,6 +508,25 @@ def check_str(op: str, name: str, v) -> None:
         raise TypeError(f"{op}: {name} must be a str, got {_type_name(v)} {v!r}")
 
 
+def check_dtype_arg(op: str, name: str, v) -> None:
+    if not isinstance(v, torch.dtype):
+        raise TypeError(f"{op}: {name} must be a torch.dtype, got {_type_name(v)} {v!r}")
+
+
+_TYPE_CHECKS = {
+    "tensor": check_tensor, "int": check_int, "str": check_str, "bool": check_bool,
+    "dtype": check_dtype_arg,
+    "int?": lambda op, name, v: check_int(op, name, v, optional=True),
+}
+
+
+def check_arg_types(op: str, *args) -> None:
+    """The detailed type checks of an op's arguments, ``(kind, name, value)`` each, in schema
+    order; the per-op checks run them only when one fast test of the common types fails."""
+    for kind, name, v in args:
+        _TYPE_CHECKS[kind](op, name, v)
+
+
 def as_int(op: str, name: str, v):
     """The public functions' int arguments: ints as they are, other integral scalars (numpy
     integers, anything with ``__index__`` but bool) converted, the rest a ``TypeError``."""
@@ -520,14 +549,11 @@ def check_gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int,
             and indices_dimension_count is None and type(level) is str
             and type(check_indices) is bool and isinstance(input, torch.Tensor)
             and isinstance(indices, torch.Tensor)):      # else the detailed checks (~1 us)
-        op = "gather_nd"
-        check_tensor(op, "InputTensor", input)
-        check_tensor(op, "IndicesTensor", indices)
-        check_int(op, "batch_dims", batch_dims)
-        check_int(op, "input_dimension_count", input_dimension_count, optional=True)
-        check_int(op, "indices_dimension_count", indices_dimension_count, optional=True)
-        check_str(op, "feature_level", level)
-        check_bool(op, "check_indices", check_indices)
+        check_arg_types("gather_nd", ("tensor", "InputTensor", input),
+                        ("tensor", "IndicesTensor", indices), ("int", "batch_dims", batch_dims),
+                        ("int?", "input_dimension_count", input_dimension_count),
+                        ("int?", "indices_dimension_count", indices_dimension_count),
+                        ("str", "feature_level", level), ("bool", "check_indices", check_indices))
     if input.device != indices.device:
         check_same_device("gather_nd", (("InputTensor", input), ("IndicesTensor", indices)))
     key = (input.shape, indices.shape, input.dtype, indices.dtype, batch_dims,
@@ -584,15 +610,12 @@ def check_scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.
             and type(check_indices) is bool and type(deterministic) is bool
             and isinstance(input, torch.Tensor) and isinstance(indices, torch.Tensor)
             and isinstance(updates, torch.Tensor)):      # else the detailed checks (~1 us)
-        check_tensor(op, "InputTensor", input)
-        check_tensor(op, "IndicesTensor", indices)
-        check_tensor(op, "UpdatesTensor", updates)
-        check_str(op, "reduction", reduction)
-        check_int(op, "input_dimension_count", input_dimension_count, optional=True)
-        check_int(op, "indices_dimension_count", indices_dimension_count, optional=True)
-        check_str(op, "feature_level", level)
-        check_bool(op, "check_indices", check_indices)
-        check_bool(op, "deterministic", deterministic)
+        check_arg_types(op, ("tensor", "InputTensor", input), ("tensor", "IndicesTensor", indices),
+                        ("tensor", "UpdatesTensor", updates), ("str", "reduction", reduction),
+                        ("int?", "input_dimension_count", input_dimension_count),
+                        ("int?", "indices_dimension_count", indices_dimension_count),
+                        ("str", "feature_level", level), ("bool", "check_indices", check_indices),
+                        ("bool", "deterministic", deterministic))
     if input.device != indices.device or input.device != updates.device:
         check_same_device(op, (("InputTensor", input), ("IndicesTensor", indices),
                                ("UpdatesTensor", updates)))
@@ -668,15 +691,9 @@ def check_top_k1(input: torch.Tensor, k: int, axis: int, direction: str,
     if not (type(k) is int and type(axis) is int and type(direction) is str
             and type(index_dtype) is torch.dtype and type(level) is str
             and isinstance(input, torch.Tensor)):        # else the detailed checks (~1 us)
-        op = "top_k1"
-        check_tensor(op, "InputTensor", input)
-        check_int(op, "k", k)
-        check_int(op, "axis", axis)
-        check_str(op, "direction", direction)
-        if not isinstance(index_dtype, torch.dtype):
-            raise TypeError(f"{op}: index_dtype must be a torch.dtype, got "
-                            f"{_type_name(index_dtype)} {index_dtype!r}")
-        check_str(op, "feature_level", level)
+        check_arg_types("top_k1", ("tensor", "InputTensor", input), ("int", "k", k),
+                        ("int", "axis", axis), ("str", "direction", direction),
+                        ("dtype", "index_dtype", index_dtype), ("str", "feature_level", level))
     key = (input.shape, input.dtype, k, axis, direction, index_dtype, level)
     ax = _topk_memo.get(key)
     if ax is None:

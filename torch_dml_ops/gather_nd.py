@@ -26,8 +26,9 @@ from ._fallback import (check_and_wrap_plan, gather_nd_torch, index_matrix,
                         linear_rows)
 from ._forms import GatherLayout, gather_layout
 from ._library import document, lib
-from ._validation import (SIGNED_INDEX_DTYPES, _state, check_gather_nd, check_out,
-                          as_int, check_out_meta, check_storage, check_tensors, raise_index_error, resolved, written)
+from ._validation import (SIGNED_INDEX_DTYPES, _state, as_int, check_gather_nd, check_out,
+                          check_out_meta, check_storages, check_tensors, raise_index_error,
+                          resolved, written)
 
 __all__ = ["gather_nd"]
 
@@ -88,8 +89,7 @@ def _gather_nd_impl(input, indices, batch_dims=0, input_dimension_count=None,
                     indices_dimension_count=None, feature_level="permissive", check_indices=True):
     lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
                           indices_dimension_count, feature_level, check_indices)
-    check_storage("gather_nd", "InputTensor", input)
-    check_storage("gather_nd", "IndicesTensor", indices)
+    check_storages("gather_nd", ("InputTensor", input), ("IndicesTensor", indices))
     return _gather_into(None, resolved(input), resolved(indices), lay, check_indices)
 
 
@@ -100,9 +100,8 @@ def _gather_nd_out_impl(input, indices, batch_dims=0, input_dimension_count=None
                           indices_dimension_count, feature_level, check_indices)
     check_out("gather_nd", out, lay.out_shape, input.dtype, input.device,
               (("InputTensor", input), ("IndicesTensor", indices)))
-    check_storage("gather_nd", "InputTensor", input)
-    check_storage("gather_nd", "IndicesTensor", indices)
-    check_storage("gather_nd", "OutputTensor (out)", out)
+    check_storages("gather_nd", ("InputTensor", input), ("IndicesTensor", indices),
+                   ("OutputTensor (out)", out))
     input, indices = resolved(input), resolved(indices)
     if out.is_neg():
         # A negative view: the kernels write raw memory, copy_ writes through the negation.
@@ -137,8 +136,7 @@ def _gather_nd_backward_impl(grad, indices, input_shape, batch_dims, input_dimen
                         input_dimension_count, indices_dimension_count)
     sizes = lay.index_sizes
     batch, rows, slice_len, n_tuples = lay.batch, lay.rows, lay.slice_len, lay.n_tuples
-    check_storage("gather_nd_backward", "grad", grad)
-    check_storage("gather_nd_backward", "IndicesTensor", indices)
+    check_storages("gather_nd_backward", ("grad", grad), ("IndicesTensor", indices))
     grad_in = torch.zeros(rows, slice_len, dtype=grad.dtype, device=grad.device)
     indices, grad = resolved(indices), resolved(grad)
     if n_tuples:
@@ -329,25 +327,28 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
         check_tensors("gather_nd", input, indices)      # before the dispatcher's own error
         return GATHER_ND.call(input, indices, batch_dims, input_dimension_count,
                               indices_dimension_count, level, check_indices)
-    check_tensors("gather_nd", input, indices, out=out)
-    if torch.is_grad_enabled() and (input.requires_grad or out.requires_grad):
-        raise RuntimeError(_autograd.refuse_out_grad("gather_nd"))
-    if _backend.plain_eager_call((input, indices, out), ()):
+    # An input or out that requires grad goes through the dispatcher, whose Autograd kernel
+    # refuses it (_autograd.register_out), as torch's out= functions do.
+    if _backend.plain_eager_call((input, indices, out), (input, out)):
         _gather_nd_out_impl(input, indices, batch_dims, input_dimension_count,
                             indices_dimension_count, level, check_indices, out=out)
     else:
+        check_tensors("gather_nd", input, indices, out=out)
         _OUT_OP(input, indices, batch_dims, input_dimension_count, indices_dimension_count, level,
                 check_indices, out=out)
     return out
 
 
 # Docstrings for torch.ops.torch_dml_ops.* (help() on the dispatcher's objects).
-document("gather_nd", """DML_OPERATOR_GATHER_ND / GATHER_ND1 (ONNX GatherND): the slices of ``input`` addressed by
+document("gather_nd", """\
+DML_OPERATOR_GATHER_ND / GATHER_ND1 (ONNX GatherND): the slices of ``input`` addressed by
 the index tuples in ``indices``, after ``batch_dims`` shared leading dimensions.  The registered
 op behind :func:`torch_dml_ops.gather_nd`, which documents every argument; ``feature_level`` is a
 canonical level name ("permissive", "2_1", "3_0", "3_1") and ``check_indices`` range-checks
 the indices.  Differentiable w.r.t. ``input`` (both modes, any order).""")
-document("gather_nd_out", """:func:`torch_dml_ops.gather_nd` into a preallocated ``out`` (exact shape and dtype, no
+document("gather_nd_out", """\
+:func:`torch_dml_ops.gather_nd` into a preallocated ``out`` (exact shape and dtype, no
 overlap with the inputs, written only after every index is checked).  Not differentiable.""")
-document("gather_nd_backward", """The gradient of gather_nd w.r.t. its input: ``grad`` scatter-added at the gathered
+document("gather_nd_backward", """\
+The gradient of gather_nd w.r.t. its input: ``grad`` scatter-added at the gathered
 positions into zeros of ``input_shape`` (duplicates accumulate).  Linear; differentiable.""")

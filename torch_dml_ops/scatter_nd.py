@@ -29,8 +29,8 @@ from ._forms import GatherLayout, gather_layout
 from .gather_nd import GATHER_ND
 from ._library import document, lib
 from ._validation import (SIGNED_INDEX_DTYPES, _state, check_out, check_out_meta,
-                          check_scatter_nd, check_storage, check_tensors, raise_index_error, resolved,
-                          written)
+                          check_scatter_nd, check_storages, check_tensors, raise_index_error,
+                          resolved, written)
 
 __all__ = ["scatter_nd", "scatter_nd_"]
 
@@ -113,12 +113,9 @@ def _scatter_nd_impl(input, indices, updates, reduction="none", input_dimension_
                           check_indices, _deterministic(deterministic))
 
 
-def _check_storages(op, input, indices, updates, out=None, out_name="OutputTensor (out)"):
-    check_storage(op, "InputTensor", input)
-    check_storage(op, "IndicesTensor", indices)
-    check_storage(op, "UpdatesTensor", updates)
-    if out is not None:
-        check_storage(op, out_name, out)
+def _check_storages(op, input, indices, updates, out=None):
+    check_storages(op, ("InputTensor", input), ("IndicesTensor", indices),
+                   ("UpdatesTensor", updates), ("OutputTensor (out)", out))
 
 
 def _scatter_nd_write(op, target, source, indices, updates, lay, reduction, check, det):
@@ -472,14 +469,13 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         check_tensors("scatter_nd", input, indices, updates)   # before the dispatcher's error
         return SCATTER_ND.call(input, indices, updates, reduction, input_dimension_count,
                                indices_dimension_count, level, check_indices, False)
-    check_tensors("scatter_nd", input, indices, updates, out=out)
-    if torch.is_grad_enabled() and (input.requires_grad or updates.requires_grad
-                                    or out.requires_grad):
-        raise RuntimeError(_autograd.refuse_out_grad("scatter_nd"))
-    if _backend.plain_eager_call((input, indices, updates, out), ()):
+    # An argument that requires grad goes through the dispatcher, whose Autograd kernel refuses
+    # it (_autograd.register_out), as torch's out= functions do.
+    if _backend.plain_eager_call((input, indices, updates, out), (input, updates, out)):
         _scatter_nd_out_impl(input, indices, updates, reduction, input_dimension_count,
                              indices_dimension_count, level, check_indices, out=out)
     else:
+        check_tensors("scatter_nd", input, indices, updates, out=out)
         _OUT_OP(input, indices, updates, reduction, input_dimension_count,
                 indices_dimension_count, level, check_indices, out=out)
     return out
@@ -509,12 +505,15 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
 
 
 # Docstrings for torch.ops.torch_dml_ops.* (help() on the dispatcher's objects).
-document("scatter_nd", """DML_OPERATOR_SCATTER_ND (ONNX ScatterND-18): a copy of ``input`` with ``updates`` written
+document("scatter_nd", """\
+DML_OPERATOR_SCATTER_ND (ONNX ScatterND-18): a copy of ``input`` with ``updates`` written
 (``reduction`` "none") or combined ("add", "mul", "max", "min") at the index tuples.  The
 registered op behind :func:`torch_dml_ops.scatter_nd`, which documents every argument;
 ``deterministic=True`` makes the last duplicate tuple in index order win for "none" (set for
 calls recorded by autograd, and implied by torch's deterministic mode).""")
-document("scatter_nd_out", """scatter_nd into a preallocated ``out`` (the input's shape and dtype, no overlap with the
+document("scatter_nd_out", """\
+scatter_nd into a preallocated ``out`` (the input's shape and dtype, no overlap with the
 inputs, written only after every index is checked).  Not differentiable.""")
-document("scatter_nd_", """In-place scatter_nd (:func:`torch_dml_ops.scatter_nd_`): writes ``updates`` into
+document("scatter_nd_", """\
+In-place scatter_nd (:func:`torch_dml_ops.scatter_nd_`): writes ``updates`` into
 ``input`` itself, after every index is checked.  Recorded by autograd like ``index_copy_``.""")

@@ -24,7 +24,7 @@ import torch.utils._pytree as _pytree
 from . import _autograd, _backend, _native_topk
 from ._fallback import top_k1_torch
 from ._library import document, lib
-from ._validation import (_state, as_int, check_storage, check_tensors, check_top_k1,
+from ._validation import (_state, as_int, check_storages, check_tensors, check_top_k1,
                           resolved)
 
 __all__ = ["top_k1", "topk", "AxisDirection", "TopK1Result"]
@@ -60,7 +60,7 @@ def _top_k1_impl(input, k, axis=-1, direction="decreasing", index_dtype=None,
     index_dtype = torch.int64 if index_dtype is None else index_dtype
     ax = check_top_k1(input, k, axis, direction, index_dtype, feature_level)
     largest = direction == "decreasing"
-    check_storage("top_k1", "InputTensor", input)
+    check_storages("top_k1", ("InputTensor", input))
     input = resolved(input)
     backend = _backend.backend_for(input)
     if backend == "triton":
@@ -258,7 +258,8 @@ def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorte
 
 
 # Docstrings for torch.ops.torch_dml_ops.* (help() on the dispatcher's objects).
-document("top_k1", """DML_OPERATOR_TOP_K1: the ``k`` largest ("decreasing") or smallest ("increasing")
+document("top_k1", """\
+DML_OPERATOR_TOP_K1: the ``k`` largest ("decreasing") or smallest ("increasing")
 elements along ``axis``, sorted, stable (the lower index first among equal values, NaN above
 +inf).  The registered op behind :func:`torch_dml_ops.top_k1`; ``index_dtype`` None means
 int64.  Differentiable w.r.t. ``input`` (both modes, any order).""")
