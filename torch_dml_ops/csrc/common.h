@@ -1,73 +1,220 @@
-/* Shared helpers of the native CPU kernels (plain C11 + pthreads; no Python or torch API).
- *
- * The kernels are called through ctypes (which releases the GIL) with raw data pointers of
- * tensors that the Python side has validated and made contiguous where a kernel needs it.
- * Every kernel checks every index it reads before it dereferences anything with it, so no
- * kernel ever reads or writes out of bounds, whatever the indices hold.
- */
-#ifndef TDO_COMMON_H
-#define TDO_COMMON_H
+// Shared code of the C++ CPU kernels: torch's stable ABI, the library's error types and message
+// formatting, index loading, and the parallel loop (torch's own thread pool).
+//
+// Built against the stable ABI only (torch/csrc/stable, torch/headeronly): no ATen, c10 or
+// Python headers, so one binary serves every CPython and every torch release that keeps the
+// stable ABI of TORCH_TARGET_VERSION (setup.py).
+//
+// Errors: a kernel throws std::invalid_argument (torch turns it into a Python ValueError),
+// std::out_of_range (IndexError) or std::runtime_error (RuntimeError), with the same message the
+// Python validation layer (torch_dml_ops/_checks.py) gives for the same rule.
+#pragma once
 
-#include <stddef.h>
-#include <stdint.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
 
-#define TDO_EXPORT __attribute__((visibility("default")))
-#define TDO_MAX_THREADS 64
-/* "no bad index found" */
-#define TDO_NO_ERROR INT64_MAX
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
 
-/* Index dtypes, as the Python side passes them. */
-enum { TDO_I32 = 0, TDO_I64 = 1, TDO_U32 = 2, TDO_U64 = 3 };
+#include <sys/mman.h>
 
-/* fn(ctx, begin, end, tid) over [0, n) split into contiguous ranges, one per thread; the calling
- * thread runs range 0.  At most `nthreads` threads, and none with fewer than `grain` items
- * (so small problems run on the calling thread alone, without a thread start). */
-typedef void (*tdo_range_fn)(void *ctx, int64_t begin, int64_t end, int tid);
-int tdo_parallel_for(int64_t n, int nthreads, int64_t grain, tdo_range_fn fn, void *ctx);
+namespace tdo {
 
-/* Hint that [p, p + len) be backed by transparent huge pages (module.c). */
-void tdo_hugepage_hint(void *p, int64_t len);
+using torch::stable::Tensor;
+using ScalarType = torch::headeronly::ScalarType;
+using Shape = std::vector<int64_t>;
 
-/* How many threads tdo_parallel_for will use for n items. */
-static inline int tdo_threads_for(int64_t n, int nthreads, int64_t grain) {
-    if (nthreads < 1) nthreads = 1;
-    if (nthreads > TDO_MAX_THREADS) nthreads = TDO_MAX_THREADS;
-    if (grain < 1) grain = 1;
-    int64_t t = n / grain;
-    if (t < 1) t = 1;
-    return (int)(t < nthreads ? t : nthreads);
+// "no bad index found": the one home of this sentinel on the C++ side (_tables() reports it).
+constexpr int64_t kNoError = INT64_MAX;
+// At most this many parallel parts (per-part scratch is sized by it).
+constexpr int kMaxThreads = 64;
+
+// ------------------------------------------------------------------------------------------
+// Errors
+// ------------------------------------------------------------------------------------------
+
+template <typename... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream ss;
+  (ss << ... << args);
+  return ss.str();
 }
 
-/* Read index i of an index array of dtype `dt` as a signed 64-bit value.  uint64 values of
- * 2**63 or more come back negative; callers treat negative values of an unsigned dtype as out
- * of range (they never wrap). */
-static inline int64_t tdo_load_index(const void *p, int dt, int64_t i) {
-    switch (dt) {
-    case TDO_I32: return ((const int32_t *)p)[i];
-    case TDO_U32: return (int64_t)((const uint32_t *)p)[i];
-    case TDO_U64: return (int64_t)((const uint64_t *)p)[i];
-    default:      return ((const int64_t *)p)[i];
-    }
+// ConstraintError and ConstraintTypeError of the Python layer: ValueError through torch.ops.
+template <typename... Args>
+[[noreturn]] void value_error(const Args&... args) {
+  throw std::invalid_argument(cat(args...));
 }
 
-/* Wrap a negative index of a signed dtype and check it: the non-negative position in [0, size),
- * or -1 when out of range. */
-static inline int64_t tdo_wrap_check(int64_t v, int64_t size, int is_signed) {
-    if (v < 0) {
-        if (!is_signed) return -1;
-        v += size;
-        if (v < 0) return -1;
-    }
-    return v < size ? v : -1;
+// IndexError (an index value, or an axis, out of range).
+template <typename... Args>
+[[noreturn]] void index_error(const Args&... args) {
+  throw std::out_of_range(cat(args...));
 }
 
-/* Atomic min of a shared first-error position. */
-static inline void tdo_record_error(int64_t *first_bad, int64_t pos) {
-    int64_t cur = __atomic_load_n(first_bad, __ATOMIC_RELAXED);
-    while (pos < cur &&
-           !__atomic_compare_exchange_n(first_bad, &cur, pos, 1, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED)) {
-    }
+// RuntimeError (memory overlap, storage too small: what torch raises for those).
+template <typename... Args>
+[[noreturn]] void runtime_error(const Args&... args) {
+  throw std::runtime_error(cat(args...));
 }
 
+// ------------------------------------------------------------------------------------------
+// Python-style formatting (messages equal the Python layer's f-strings)
+// ------------------------------------------------------------------------------------------
+
+template <typename Seq>
+std::string py_tuple(const Seq& xs) {
+  std::ostringstream ss;
+  ss << '(';
+  size_t n = 0;
+  for (auto x : xs) {
+    if (n++) ss << ", ";
+    ss << x;
+  }
+  if (n == 1) ss << ',';
+  ss << ')';
+  return ss.str();
+}
+
+inline std::string py_repr(std::string_view s) {
+  return cat('\'', std::string(s), '\'');
+}
+
+inline Shape shape_of(const Tensor& t) {
+  auto s = t.sizes();
+  return Shape(s.begin(), s.end());
+}
+
+inline Shape strides_of(const Tensor& t) {
+  auto s = t.strides();
+  return Shape(s.begin(), s.end());
+}
+
+inline int64_t prod(const Shape& s, size_t begin = 0, size_t end = SIZE_MAX) {
+  int64_t p = 1;
+  for (size_t i = begin; i < std::min(end, s.size()); i++) p *= s[i];
+  return p;
+}
+
+// torch's spelling of a dtype: "torch.float32".
+const char* dtype_name(ScalarType t);
+// DirectML's name of a dtype: "FLOAT32", "BOOL (no DML equivalent)".
+const char* dml_type_name(ScalarType t);
+// torch's spelling of a tensor's device: "cpu", "cuda:0", "meta".
+std::string device_name(const Tensor& t);
+
+// ------------------------------------------------------------------------------------------
+// Index dtypes
+// ------------------------------------------------------------------------------------------
+
+enum IndexKind { kI32 = 0, kI64 = 1, kU32 = 2, kU64 = 3 };
+
+// The kind of an index dtype, or -1.
+inline int index_kind(ScalarType t) {
+  switch (t) {
+    case ScalarType::Int: return kI32;
+    case ScalarType::Long: return kI64;
+    case ScalarType::UInt32: return kU32;
+    case ScalarType::UInt64: return kU64;
+    default: return -1;
+  }
+}
+
+inline bool index_signed(int kind) { return kind == kI32 || kind == kI64; }
+
+// Index i of an index array as a signed 64-bit value; uint64 values of 2**63 or more come back
+// negative, which callers treat as out of range for an unsigned kind (they never wrap).
+inline int64_t load_index(const void* p, int kind, int64_t i) {
+  switch (kind) {
+    case kI32: return static_cast<const int32_t*>(p)[i];
+    case kU32: return static_cast<int64_t>(static_cast<const uint32_t*>(p)[i]);
+    case kU64: return static_cast<int64_t>(static_cast<const uint64_t*>(p)[i]);
+    default: return static_cast<const int64_t*>(p)[i];
+  }
+}
+
+// A negative index of a signed kind counts from the end: the position in [0, size), or -1.
+inline int64_t wrap_check(int64_t v, int64_t size, bool is_signed) {
+  if (v < 0) {
+    if (!is_signed) return -1;
+    v += size;
+    if (v < 0) return -1;
+  }
+  return v < size ? v : -1;
+}
+
+// Atomic min of a shared first-error position (kNoError when nothing was found).
+inline void record_error(std::atomic<int64_t>& first_bad, int64_t pos) {
+  int64_t cur = first_bad.load(std::memory_order_relaxed);
+  while (pos < cur && !first_bad.compare_exchange_weak(cur, pos, std::memory_order_relaxed)) {
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Parallel loop on torch's thread pool
+// ------------------------------------------------------------------------------------------
+
+// Parts [0, n) is split into: at most torch.get_num_threads() (and kMaxThreads), none with
+// fewer than `grain` items; 1 means "run on the calling thread".
+inline int parts_for(int64_t n, int64_t grain) {
+  int64_t threads = static_cast<int64_t>(torch::stable::get_num_threads());
+  threads = std::max<int64_t>(1, std::min<int64_t>(threads, kMaxThreads));
+  int64_t p = n / std::max<int64_t>(grain, 1);
+  return static_cast<int>(std::max<int64_t>(1, std::min(p, threads)));
+}
+
+// fn(begin, end, part) for `parts` contiguous ranges of [0, n) (part numbers are stable, for
+// per-part scratch), on torch's intra-op pool: torch.set_num_threads governs it and no thread
+// is started per call.  fn must not throw.
+template <class F>
+void parallel_parts(int64_t n, int parts, const F& fn) {
+  if (n <= 0) return;
+  if (parts <= 1) {
+    fn(int64_t(0), n, 0);
+    return;
+  }
+  torch::stable::parallel_for(0, parts, 1, [&](int64_t pb, int64_t pe) {
+    for (int64_t p = pb; p < pe; p++) fn(n * p / parts, n * (p + 1) / parts, static_cast<int>(p));
+  });
+}
+
+// ------------------------------------------------------------------------------------------
+// Fresh outputs
+// ------------------------------------------------------------------------------------------
+
+// Outputs at least this large are hinted to be backed by transparent huge pages before their
+// first write: first-touch page faults otherwise cost more than the gather or scatter that
+// fills them (3.6 GB/s with 4 KiB pages, about twice that with 2 MiB pages, measured).
+constexpr int64_t kHugepageMinBytes = int64_t(8) << 20;
+
+inline void hugepage_hint(void* p, int64_t len) {
+#ifdef MADV_HUGEPAGE
+  if (len < kHugepageMinBytes) return;
+  const uintptr_t huge = uintptr_t(1) << 21;
+  uintptr_t s = (reinterpret_cast<uintptr_t>(p) + huge - 1) & ~(huge - 1);
+  uintptr_t e = (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(len)) & ~(huge - 1);
+  if (e > s) madvise(reinterpret_cast<void*>(s), e - s, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)len;
 #endif
+}
+
+// A new contiguous CPU tensor of `shape` and `dtype`, hinted as above when large.
+inline Tensor new_output(const Tensor& like, const Shape& shape, ScalarType dtype) {
+  Tensor t = torch::stable::new_empty(like, shape, dtype);
+  hugepage_hint(t.data_ptr(), t.numel() * static_cast<int64_t>(t.element_size()));
+  return t;
+}
+
+}  // namespace tdo

@@ -1,0 +1,446 @@
+// The C++ kernels' checks (checks.h); messages equal torch_dml_ops/_checks.py's.
+#include "checks.h"
+
+#include <array>
+#include <set>
+
+namespace tdo {
+
+namespace {
+
+// One row per dtype the library knows: torch's name, DirectML's name, whether DirectML has it
+// (every level), whether the permissive level takes it.  The order of the Python tables.
+struct DtypeRow {
+  ScalarType t;
+  const char* torch_name;
+  const char* dml_name;
+  bool dml;
+};
+
+constexpr DtypeRow kDtypes[] = {
+    {ScalarType::Float, "torch.float32", "FLOAT32", true},
+    {ScalarType::Half, "torch.float16", "FLOAT16", true},
+    {ScalarType::Int, "torch.int32", "INT32", true},
+    {ScalarType::Short, "torch.int16", "INT16", true},
+    {ScalarType::Char, "torch.int8", "INT8", true},
+    {ScalarType::UInt32, "torch.uint32", "UINT32", true},
+    {ScalarType::UInt16, "torch.uint16", "UINT16", true},
+    {ScalarType::Byte, "torch.uint8", "UINT8", true},
+    {ScalarType::Double, "torch.float64", "FLOAT64", false},
+    {ScalarType::BFloat16, "torch.bfloat16", "BFLOAT16 (no DML equivalent)", false},
+    {ScalarType::Long, "torch.int64", "INT64", false},
+    {ScalarType::UInt64, "torch.uint64", "UINT64", false},
+    {ScalarType::Bool, "torch.bool", "BOOL (no DML equivalent)", false},
+};
+
+const DtypeRow* find_dtype(ScalarType t) {
+  for (const auto& r : kDtypes)
+    if (r.t == t) return &r;
+  return nullptr;
+}
+
+// The index dtypes, in the Python table's order (INDEX_DTYPES).
+constexpr ScalarType kIndexDtypes[] = {ScalarType::Long, ScalarType::Int, ScalarType::UInt64,
+                                       ScalarType::UInt32};
+
+std::string type_list(bool dml_only) {
+  std::string s;
+  for (const auto& r : kDtypes) {
+    if (dml_only && !r.dml) continue;
+    if (!s.empty()) s += ", ";
+    s += r.torch_name + 6;  // drop "torch."
+  }
+  return s;
+}
+
+std::string index_type_list(Level level) {
+  if (level == Level::L2_1) return "uint32";
+  std::string s;
+  for (auto t : kIndexDtypes) {
+    if (!s.empty()) s += ", ";
+    s += dtype_name(t) + 6;
+  }
+  return s;
+}
+
+// (min, max) DimensionCount at `level`, or nothing at the permissive level.
+std::optional<std::pair<int64_t, int64_t>> dimension_count_rule(Level level,
+                                                                Level full_rank_from) {
+  if (level == Level::Permissive) return std::nullopt;
+  if (level_at_least(level, full_rank_from)) return std::make_pair<int64_t, int64_t>(1, 8);
+  return std::make_pair<int64_t, int64_t>(4, 4);
+}
+
+bool call_bool(const char* name, const Tensor& t) {
+  std::array<StableIValue, 1> stack{torch::stable::detail::from(t)};
+  STABLE_TORCH_ERROR_CODE_CHECK(
+      torch_call_dispatcher(name, "", stack.data(), TORCH_ABI_VERSION));
+  return torch::stable::detail::to<bool>(stack[0]);
+}
+
+int64_t extent(const Tensor& t) {
+  // elements from the first to one past the last (t has elements)
+  if (t.is_contiguous()) return t.numel();
+  int64_t e = 1;
+  auto sizes = t.sizes();
+  auto strides = t.strides();
+  for (size_t d = 0; d < sizes.size(); d++) e += (sizes[d] - 1) * strides[d];
+  return e;
+}
+
+std::pair<uintptr_t, uintptr_t> byte_span(const Tensor& t) {
+  if (t.numel() == 0) return {0, 0};
+  auto start = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return {start, start + static_cast<uintptr_t>(extent(t)) * t.element_size()};
+}
+
+bool has_internal_overlap(const Tensor& t) {
+  if (t.is_contiguous() || t.numel() <= 1) return false;
+  auto sizes = t.sizes();
+  auto strides = t.strides();
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size) of dims with size > 1
+  for (size_t d = 0; d < sizes.size(); d++)
+    if (sizes[d] > 1) dims.emplace_back(std::abs(strides[d]), sizes[d]);
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // the largest offset reachable with the dims so far
+  bool simple = true;
+  for (auto [st, sz] : dims) {
+    if (st <= reach) {
+      simple = false;
+      break;
+    }
+    reach += (sz - 1) * st;
+  }
+  if (simple) return false;
+  if (dims[0].first == 0) return true;
+  // Rare interleaved or overlapping layouts: count the distinct offsets.
+  std::set<int64_t> offsets{0};
+  for (auto [st, sz] : dims) {
+    std::set<int64_t> next;
+    for (int64_t o : offsets)
+      for (int64_t i = 0; i < sz; i++) next.insert(o + i * st);
+    offsets.swap(next);
+  }
+  return static_cast<int64_t>(offsets.size()) < t.numel();
+}
+
+}  // namespace
+
+const char* dtype_name(ScalarType t) {
+  const DtypeRow* r = find_dtype(t);
+  if (r) return r->torch_name;
+  switch (t) {
+    case ScalarType::ComplexFloat: return "torch.complex64";
+    case ScalarType::ComplexDouble: return "torch.complex128";
+    case ScalarType::ComplexHalf: return "torch.complex32";
+    default: return "an unsupported dtype";
+  }
+}
+
+const char* dml_type_name(ScalarType t) {
+  const DtypeRow* r = find_dtype(t);
+  return r ? r->dml_name : dtype_name(t);
+}
+
+std::string device_name(const Tensor& t) {
+  auto dev = t.device();
+  const char* type;
+  switch (dev.type()) {
+    case torch::headeronly::DeviceType::CPU: type = "cpu"; break;
+    case torch::headeronly::DeviceType::CUDA: type = "cuda"; break;
+    case torch::headeronly::DeviceType::Meta: type = "meta"; break;
+    case torch::headeronly::DeviceType::XPU: type = "xpu"; break;
+    case torch::headeronly::DeviceType::MPS: type = "mps"; break;
+    case torch::headeronly::DeviceType::HIP: type = "hip"; break;
+    default: return cat("device type ", static_cast<int>(dev.type()));
+  }
+  if (dev.has_index() && dev.type() != torch::headeronly::DeviceType::CPU)
+    return cat(type, ':', static_cast<int>(dev.index()));
+  return type;
+}
+
+Level parse_level(std::string_view level) {
+  if (level == "2_1") return Level::L2_1;
+  if (level == "3_0") return Level::L3_0;
+  if (level == "3_1") return Level::L3_1;
+  if (level == "permissive") return Level::Permissive;
+  value_error("feature_level argument ", py_repr(level),
+              " is not a canonical feature level: expected one of 2_1, 3_0, 3_1 or 'permissive'");
+}
+
+std::string level_name(Level level) {
+  switch (level) {
+    case Level::L2_1: return "DML_FEATURE_LEVEL_2_1";
+    case Level::L3_0: return "DML_FEATURE_LEVEL_3_0";
+    case Level::L3_1: return "DML_FEATURE_LEVEL_3_1";
+    default: return "permissive default";
+  }
+}
+
+void check_data_dtype(const char* op, const char* tensor_name, ScalarType dtype, Level level) {
+  const DtypeRow* r = find_dtype(dtype);
+  bool dml_only = level != Level::Permissive;
+  if (r && (r->dml || !dml_only)) return;
+  value_error(op, ": ", tensor_name, " has dtype ", dtype_name(dtype), " (", dml_type_name(dtype),
+              "), which is not a supported data type at the ", level_name(level),
+              "; supported: ", type_list(dml_only));
+}
+
+void check_index_dtype(const char* op, const char* tensor_name, ScalarType dtype, Level level) {
+  int kind = index_kind(dtype);
+  if (level == Level::L2_1 ? dtype == ScalarType::UInt32 : kind >= 0) return;
+  std::string hint;
+  if (level == Level::L2_1 && kind >= 0)
+    hint = " (signed and 64-bit indices, and so negative indices, arrive at DML_FEATURE_LEVEL_3_0)";
+  value_error(op, ": ", tensor_name, " has dtype ", dtype_name(dtype), " (", dml_type_name(dtype),
+              "), which is not a supported index type at the ", level_name(level),
+              "; supported: ", index_type_list(level), hint);
+}
+
+void check_dml_dimension_count(const char* op, const std::vector<const char*>& names,
+                               const Shape& ranks, Level level, Level full_rank_from) {
+  for (size_t i = 1; i < names.size(); i++)
+    if (ranks[i] != ranks[0])
+      value_error(op, ": in the DML form ", names[i], ".DimensionCount must equal ", names[0],
+                  ".DimensionCount (", ranks[0], "), got ", ranks[i]);
+  auto rule = dimension_count_rule(level, full_rank_from);
+  if (rule && !(rule->first <= ranks[0] && ranks[0] <= rule->second)) {
+    std::string want = rule->first == rule->second ? cat(rule->first)
+                                                   : cat(rule->first, " to ", rule->second);
+    value_error(op, ": ", names[0], ".DimensionCount must be ", want, " at ", level_name(level),
+                ", got ", ranks[0],
+                " (in the DML form every tensor has exactly the level's DimensionCount)");
+  }
+}
+
+void check_natural_ranks(const char* op, const std::vector<const char*>& names,
+                         const Shape& ranks, Level level, Level full_rank_from) {
+  auto rule = dimension_count_rule(level, full_rank_from);
+  if (!rule) return;
+  for (size_t i = 0; i < names.size(); i++)
+    if (ranks[i] > rule->second) {
+      std::string count = rule->first == rule->second ? cat(rule->second)
+                                                      : cat(rule->first, " to ", rule->second);
+      value_error(op, ": ", names[i], " has ", ranks[i], " dimensions; at ", level_name(level),
+                  " the DimensionCount is ", count, ", so a natural-form tensor may have at most ",
+                  rule->second, " dimensions (it is padded with leading 1s)");
+    }
+}
+
+std::string tables() {
+  std::string s = "data:";
+  for (const auto& r : kDtypes) s += cat(r.torch_name + 6, r.dml ? "+dml" : "", ",");
+  s += ";index:";
+  for (auto t : kIndexDtypes) s += cat(dtype_name(t) + 6, ",");
+  s += cat(";no_error:", kNoError, ";max_threads:", kMaxThreads);
+  return s;
+}
+
+void check_cpu_strided(const char* op, const std::vector<Named>& tensors) {
+  const Named& first = tensors[0];
+  auto dev = first.t->device();
+  for (size_t i = 1; i < tensors.size(); i++)
+    if (tensors[i].t->device() != dev)
+      value_error(op, ": ", tensors[i].name, " is on ", device_name(*tensors[i].t), " but ",
+                  first.name, " is on ", device_name(*first.t),
+                  "; all tensors must be on the same device");
+  if (!first.t->is_cpu())
+    value_error(op, ": ", first.name, " is on ", device_name(*first.t),
+                "; this kernel takes CPU tensors");
+  for (const auto& n : tensors)
+    if (n.t->layout() != torch::headeronly::Layout::Strided)
+      value_error(op, ": ", n.name, " is a sparse or otherwise non-strided tensor; only dense "
+                  "(strided) tensors are supported");
+}
+
+void check_storage(const char* op, const char* role, const Tensor& t) {
+  if (t.numel() == 0) return;
+  int64_t have = 0;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_storage_size(t.get(), &have));
+  int64_t need = (t.storage_offset() + extent(t)) * static_cast<int64_t>(t.element_size());
+  if (need > have)
+    runtime_error(op, ": ", role, "'s storage has ", have, " bytes but the tensor needs ", need,
+                  " bytes (shape ", py_tuple(t.sizes()), ", stride ", py_tuple(t.strides()),
+                  ", storage offset ", t.storage_offset(), ", ", t.element_size(),
+                  "-byte elements; was its storage resized?)");
+}
+
+bool is_neg(const Tensor& t) { return call_bool("aten::is_neg", t); }
+
+void bump_version(const Tensor& t) {
+  std::array<StableIValue, 4> stack{
+      torch::stable::detail::from(t), torch::stable::detail::from(std::vector<int64_t>{0}),
+      torch::stable::detail::from(std::vector<int64_t>{1}),
+      torch::stable::detail::from(std::optional<int64_t>(t.storage_offset()))};
+  STABLE_TORCH_ERROR_CODE_CHECK(
+      torch_call_dispatcher("aten::as_strided", "", stack.data(), TORCH_ABI_VERSION));
+  Tensor empty_view = torch::stable::detail::to<Tensor>(stack[0]);
+  torch::stable::zero_(empty_view);
+}
+
+Tensor resolved(const Tensor& t) {
+  if (!is_neg(t)) return t;
+  std::array<StableIValue, 1> stack{torch::stable::detail::from(t)};
+  STABLE_TORCH_ERROR_CODE_CHECK(
+      torch_call_dispatcher("aten::resolve_neg", "", stack.data(), TORCH_ABI_VERSION));
+  return torch::stable::detail::to<Tensor>(stack[0]);
+}
+
+void check_out(const char* op, const Tensor& out, const Shape& shape, ScalarType dtype,
+               const std::vector<Named>& inputs, const char* name) {
+  if (out.scalar_type() != dtype)
+    value_error(op, ": ", name, " has dtype ", dtype_name(out.scalar_type()), ", expected ",
+                dtype_name(dtype), " (the InputTensor's)");
+  if (shape_of(out) != shape)
+    value_error(op, ": ", name, " has shape ", py_tuple(out.sizes()), ", expected ",
+                py_tuple(shape));
+  if (!out.is_cpu()) value_error(op, ": ", name, " is on ", device_name(out), ", expected cpu");
+  if (out.layout() != torch::headeronly::Layout::Strided)
+    value_error(op, ": ", name, " is a sparse or otherwise non-strided tensor; only dense "
+                "(strided) tensors are supported");
+  if (has_internal_overlap(out))
+    runtime_error(op, ": ", name, " has internal overlap (sizes ", py_tuple(out.sizes()),
+                  ", strides ", py_tuple(out.strides()),
+                  "): unsupported operation: more than one element of the written-to tensor "
+                  "refers to a single memory location. Please clone() the tensor before "
+                  "performing the operation.");
+  auto [o_start, o_end] = byte_span(out);
+  if (o_start == o_end) return;
+  for (const auto& in : inputs) {
+    auto [t_start, t_end] = byte_span(*in.t);
+    if (t_start < o_end && o_start < t_end)
+      runtime_error(op, ": ", name, " overlaps ", in.name,
+                    " in memory; pass a separate buffer (unsupported operation: some elements of "
+                    "the input tensor and the written-to tensor refer to a single memory "
+                    "location)");
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Layout
+// ------------------------------------------------------------------------------------------
+
+namespace {
+
+Shape strip_padding(const char* op, const char* name, const char* count_name, const Shape& shape,
+                    int64_t count) {
+  int64_t n = static_cast<int64_t>(shape.size());
+  if (!(1 <= count && count <= n))
+    value_error(op, ": ", count_name, " must be in [1, ", name, ".DimensionCount = ", n,
+                "], got ", count);
+  for (int64_t d = 0; d < n - count; d++)
+    if (shape[d] != 1)
+      value_error(op, ": ", name, " has size ", shape[d], " in dimension ", d, ", which ",
+                  count_name, "=", count,
+                  " marks as a leading padding dimension; padding dimensions must have size 1 "
+                  "(sizes ",
+                  py_tuple(shape), ")");
+  return Shape(shape.begin() + (n - count), shape.end());
+}
+
+}  // namespace
+
+std::string GatherLayout::dim_name(int64_t j, int64_t input_rank) const {
+  int64_t pad = input_rank - static_cast<int64_t>(natural_input_shape.size());
+  return cat("InputTensor dimension ", batch_dims + j + pad);
+}
+
+GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape& indices_shape,
+                           int64_t batch_dims, std::optional<int64_t> input_dimension_count,
+                           std::optional<int64_t> indices_dimension_count,
+                           const char* result_name) {
+  GatherLayout lay;
+  lay.dml_form = input_dimension_count.has_value() || indices_dimension_count.has_value();
+  auto opt = [](const std::optional<int64_t>& v) { return v ? cat(*v) : std::string("None"); };
+  if (lay.dml_form) {
+    if (!input_dimension_count || !indices_dimension_count)
+      value_error(op, ": the DML form needs both input_dimension_count and "
+                  "indices_dimension_count (got ",
+                  opt(input_dimension_count), " and ", opt(indices_dimension_count),
+                  "); pass neither for the natural form");
+    size_t n = input_shape.size();
+    if (indices_shape.size() != n)
+      value_error(op, ": in the DML form IndicesTensor.DimensionCount must equal "
+                  "InputTensor.DimensionCount (",
+                  n, "), got ", indices_shape.size(), " (sizes ", py_tuple(indices_shape), ")");
+    lay.natural_input_shape = strip_padding(op, "InputTensor", "input_dimension_count",
+                                            input_shape, *input_dimension_count);
+    lay.natural_indices_shape = strip_padding(op, "IndicesTensor", "indices_dimension_count",
+                                              indices_shape, *indices_dimension_count);
+  } else {
+    lay.natural_input_shape = input_shape;
+    lay.natural_indices_shape = indices_shape;
+  }
+  const Shape& ni = lay.natural_input_shape;
+  const Shape& nx = lay.natural_indices_shape;
+  int64_t r = static_cast<int64_t>(ni.size()), q = static_cast<int64_t>(nx.size());
+  if (r < 1)
+    value_error(op, ": InputTensor must have at least 1 dimension, got shape ", py_tuple(ni));
+  if (q < 1)
+    value_error(op, ": IndicesTensor must have at least 1 dimension (its last one is the "
+                "index-tuple size), got shape ",
+                py_tuple(nx));
+  if (batch_dims < 0 || batch_dims >= std::min(q, r))
+    value_error(op, ": batch_dims (BatchDimensionCount) must be in [0, min(IndicesTensor rank ",
+                q, ", InputTensor rank ", r, ")), got ", batch_dims);
+  int64_t k = nx.back();
+  if (!(1 <= k && k <= r - batch_dims))
+    value_error(op, ": IndicesTensor's last dimension is the index-tuple size and must be in [1, ",
+                r - batch_dims, "] (InputTensor rank ", r, " minus batch_dims ", batch_dims,
+                "), got ", k, " (IndicesTensor sizes ", py_tuple(indices_shape), ")");
+  for (int64_t d = 0; d < batch_dims; d++)
+    if (nx[d] != ni[d])
+      value_error(op, ": batch dimension ", d, " differs: IndicesTensor has ", nx[d],
+                  ", InputTensor has ", ni[d], " (the first batch_dims=", batch_dims,
+                  " dimensions must match)");
+  lay.batch_dims = batch_dims;
+  lay.k = k;
+  lay.natural_out_shape = Shape(nx.begin(), nx.end() - 1);
+  lay.natural_out_shape.insert(lay.natural_out_shape.end(), ni.begin() + batch_dims + k, ni.end());
+  if (lay.dml_form) {
+    size_t n = input_shape.size();
+    if (lay.natural_out_shape.size() > n)
+      value_error(op, ": ", result_name, " needs ", lay.natural_out_shape.size(), " dimensions ",
+                  py_tuple(lay.natural_out_shape),
+                  ", more than the DimensionCount ", n, " of the DML-form inputs");
+    lay.out_shape = Shape(n - lay.natural_out_shape.size(), 1);
+    lay.out_shape.insert(lay.out_shape.end(), lay.natural_out_shape.begin(),
+                         lay.natural_out_shape.end());
+  } else {
+    lay.out_shape = lay.natural_out_shape;
+  }
+  lay.batch = prod(ni, 0, batch_dims);
+  lay.index_sizes = Shape(ni.begin() + batch_dims, ni.begin() + batch_dims + k);
+  lay.slice_len = prod(ni, batch_dims + k);
+  lay.n_tuples = prod(nx, 0, nx.size() - 1);
+  lay.rows = lay.batch * prod(lay.index_sizes);
+  lay.per_batch = lay.batch ? lay.n_tuples / lay.batch : 0;
+  return lay;
+}
+
+void raise_index_error(const char* op, const void* indices, int kind, int64_t flat,
+                       const Shape& index_tensor_shape, const GatherLayout& lay,
+                       int64_t input_rank) {
+  int64_t j = flat % lay.k;
+  bool is_signed = index_signed(kind);
+  std::string value = kind == kU64
+      ? cat(static_cast<const uint64_t*>(indices)[flat])
+      : cat(load_index(indices, kind, flat));
+  Shape pos(index_tensor_shape.size());
+  int64_t rem = flat;
+  for (size_t d = index_tensor_shape.size(); d-- > 0;) {
+    pos[d] = rem % index_tensor_shape[d];
+    rem /= index_tensor_shape[d];
+  }
+  int64_t size = lay.index_sizes[j];
+  std::string valid = is_signed ? cat('[', -size, ", ", size - 1, ']') : cat("[0, ", size - 1, ']');
+  if (size == 0) valid = "none: the dimension is empty";
+  std::string neg = is_signed ? std::string()
+      : cat(" (index type ", kind == kU32 ? "torch.uint32" : "torch.uint64",
+            " is unsigned: no negative indices)");
+  index_error(op, ": IndicesTensor value ", value, " at position ", py_tuple(pos),
+              " is out of range for ", lay.dim_name(j, input_rank), " of size ", size,
+              "; valid range ", valid, neg);
+}
+
+}  // namespace tdo

@@ -1,0 +1,88 @@
+// The C++ kernels' own checks: every rule the Python validation layer (torch_dml_ops/_checks.py)
+// enforces, with the same messages, so that a kernel called from C++ or through torch.ops with
+// any arguments raises a clear error and never reads or writes out of bounds.
+#pragma once
+
+#include "common.h"
+
+namespace tdo {
+
+// ------------------------------------------------------------------------------------------
+// Feature levels (torch_dml_ops/_levels.py)
+// ------------------------------------------------------------------------------------------
+
+enum class Level { L2_1 = 0, L3_0 = 1, L3_1 = 2, Permissive = 3 };
+
+// The op's feature_level argument (a canonical name), else a ValueError.
+Level parse_level(std::string_view level);
+std::string level_name(Level level);
+inline bool level_at_least(Level level, Level minimum) {
+  return static_cast<int>(level) >= static_cast<int>(minimum);
+}
+
+void check_data_dtype(const char* op, const char* tensor_name, ScalarType dtype, Level level);
+void check_index_dtype(const char* op, const char* tensor_name, ScalarType dtype, Level level);
+// The DimensionCount rules; full_rank_from: the level whose table is 1..8 (older ones: 4).
+void check_dml_dimension_count(const char* op, const std::vector<const char*>& names,
+                               const Shape& ranks, Level level, Level full_rank_from);
+void check_natural_ranks(const char* op, const std::vector<const char*>& names,
+                         const Shape& ranks, Level level, Level full_rank_from);
+
+// The library's tables, for torch_dml_ops._tables to compare with its own at load.
+std::string tables();
+
+// ------------------------------------------------------------------------------------------
+// Tensors
+// ------------------------------------------------------------------------------------------
+
+struct Named {
+  const char* name;
+  const Tensor* t;
+};
+
+// Every tensor is a dense (strided) CPU tensor: the first is compared with the rest and a
+// mismatch reads as the Python layer's "all tensors must be on the same device".
+void check_cpu_strided(const char* op, const std::vector<Named>& tensors);
+// The tensor's storage holds every byte it addresses (RuntimeError otherwise).
+void check_storage(const char* op, const char* role, const Tensor& t);
+// t with a set negative bit materialized (the kernels read raw memory).
+Tensor resolved(const Tensor& t);
+// A preallocated out= tensor or an in-place target: exact shape and dtype, CPU, writable
+// (no inference tensor outside inference mode, no internal overlap), no overlap with `inputs`.
+void check_out(const char* op, const Tensor& out, const Shape& shape, ScalarType dtype,
+               const std::vector<Named>& inputs, const char* name = "OutputTensor (out)");
+// The negative bit of a written tensor: the kernels write raw memory.
+bool is_neg(const Tensor& t);
+// Bump the version counter of a tensor written through its data pointer, as torch's in-place
+// and out= ops do (autograd detects stale saved tensors by it): a zero_ of an empty view of t,
+// which shares t's counter and goes through torch's own ADInplaceOrView kernel (so inference
+// tensors, which have no counter, are left alone, exactly as torch does).
+void bump_version(const Tensor& t);
+
+// ------------------------------------------------------------------------------------------
+// gather_nd / scatter_nd layout (torch_dml_ops/_forms.py)
+// ------------------------------------------------------------------------------------------
+
+struct GatherLayout {
+  bool dml_form = false;
+  Shape natural_input_shape, natural_indices_shape, out_shape, natural_out_shape;
+  int64_t batch_dims = 0, k = 0;
+  // Derived: input viewed as [batch, *index_sizes, *slice], indices as [batch, per_batch, k].
+  Shape index_sizes;
+  int64_t batch = 1, slice_len = 1, n_tuples = 1, rows = 1, per_batch = 0;
+  // "InputTensor dimension d" for each indexed dimension, numbered as the caller's tensor.
+  std::string dim_name(int64_t j, int64_t input_rank) const;
+};
+
+GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape& indices_shape,
+                           int64_t batch_dims, std::optional<int64_t> input_dimension_count,
+                           std::optional<int64_t> indices_dimension_count,
+                           const char* result_name = "OutputTensor");
+
+// IndexError for the coordinate at row-major position `flat` of `indices` (contiguous,
+// index kind `kind`), the Python layer's raise_index_error message.
+[[noreturn]] void raise_index_error(const char* op, const void* indices, int kind, int64_t flat,
+                                    const Shape& index_tensor_shape, const GatherLayout& lay,
+                                    int64_t input_rank);
+
+}  // namespace tdo
