@@ -10,7 +10,7 @@ except Exception:  # pragma: no cover
     _HAS_CUDA = False
 if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
-os.environ.pop("TORCH_DML_OPS_BACKEND", None)   # tests choose the backend explicitly
+os.environ.pop("TORCH_DML_OPS_BACKEND", None)   # tests choose the backend (the fixture below)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -48,11 +48,21 @@ def _seed():
 
 
 @pytest.fixture
-def backend(monkeypatch):
-    """Set TORCH_DML_OPS_BACKEND for one test: ``backend("triton")``."""
+def backend():
+    """Switch backends for one test: ``backend("triton")`` (``torch_dml_ops.backend`` entered
+    until the test ends; a later call replaces the earlier one)."""
+    import torch_dml_ops as tdo
+    blocks = []
+
     def set_backend(name):
-        monkeypatch.setenv("TORCH_DML_OPS_BACKEND", name)
-    return set_backend
+        while blocks:
+            blocks.pop().__exit__(None, None, None)
+        block = tdo.backend(name)
+        block.__enter__()
+        blocks.append(block)
+    yield set_backend
+    while blocks:
+        blocks.pop().__exit__(None, None, None)
 
 
 @pytest.fixture

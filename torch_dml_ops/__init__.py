@@ -1,16 +1,22 @@
 """torch_dml_ops: DirectML's GatherND, ScatterND and TopK1 as PyTorch operators.
 
-Importing the package registers the ops in the ``torch_dml_ops`` namespace
-(``torch.ops.torch_dml_ops.*``) and exposes their public functions.
+Importing the package loads the C++ extension (which defines the ops in the ``torch_dml_ops``
+namespace, ``torch.ops.torch_dml_ops.*``, and registers their CPU kernels), registers the
+portable and Triton kernels, fake kernels, autograd and vmap rules, and exposes the public
+functions.
 """
-from ._validation import (ConstraintError, ConstraintIndexError, ConstraintTypeError, FEATURE_LEVELS,
-                          MemoryOverlapError, feature_level, get_feature_level)
-from ._backend import available_backends
+from ._errors import ConstraintError, ConstraintIndexError, ConstraintTypeError, MemoryOverlapError
+from ._levels import FEATURE_LEVELS, feature_level, get_feature_level
+from . import _backend
+from ._backend import available_backends, backend, current_backend
 from .gather_nd import gather_nd
 from .scatter_nd import scatter_nd, scatter_nd_
 from .top_k1 import AxisDirection, TopK1Result, top_k1, topk
 
-__version__ = "0.1.0"
+_backend.register_defaults()
+_backend.apply_environment()
+
+__version__ = "0.2.0"
 
 __all__ = [
     "gather_nd",
@@ -27,5 +33,7 @@ __all__ = [
     "ConstraintTypeError",
     "ConstraintIndexError",
     "MemoryOverlapError",
+    "backend",
+    "current_backend",
     "available_backends",
 ]

@@ -16,6 +16,7 @@ if not torch.cuda.is_available():
 
 import torch_dml_ops as tdo  # noqa: E402
 from torch_dml_ops import _backend  # noqa: E402
+from torch_dml_ops._tables import bits_view  # noqa: E402
 
 
 def _examples():
@@ -77,12 +78,9 @@ def _examples():
 
 
 def _run_on(backend: str, device: str, fn):
-    os.environ["TORCH_DML_OPS_BACKEND"] = backend
-    try:
+    with tdo.backend(backend):
         res = fn(device)
-        return tuple(r.cpu() for r in res) if isinstance(res, tuple) else res.cpu()
-    finally:
-        os.environ.pop("TORCH_DML_OPS_BACKEND", None)
+    return tuple(r.cpu() for r in res) if isinstance(res, tuple) else res.cpu()
 
 
 def _shown(res):
@@ -98,8 +96,7 @@ def _same_bits(a, b) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.dtype.is_floating_point:
-        ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        return torch.equal(a.view(ints), b.view(ints))
+        return torch.equal(bits_view(a), bits_view(b))
     return torch.equal(a, b)
 
 
@@ -113,9 +110,10 @@ def main() -> int:
     err = _backend.triton_import_error()
     print(f"triton {tv}: {'kernels import' if not err else 'unavailable (' + err + ')'}"
           f" | CUDA: {torch.cuda.is_available()} | TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')}")
-    from torch_dml_ops import _native
-    nerr = _native.import_error()
-    print(f"native CPU kernels: {'built' if not nerr else 'unavailable (' + nerr + ')'}")
+    from torch_dml_ops._library import EXTENSION_ERROR
+    print(f"C++ CPU kernels (stable ABI): "
+          f"{'loaded' if not EXTENSION_ERROR else 'unavailable (' + EXTENSION_ERROR + ')'}"
+          f" | threads: {torch.get_num_threads()}")
     backends = _backend.available_backends()
     print("\nBackends available here:")
     for name, device, why in backends:

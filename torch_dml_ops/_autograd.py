@@ -29,7 +29,10 @@ import torch.autograd.forward_ad as _fwad
 from torch import _C
 from torch._library.utils import fill_defaults
 
+from ._backend import eager_keyset
 from ._library import NAMESPACE, lib
+
+_BELOW_AUTOGRAD = _C._after_autograd_keyset
 
 
 def forward_ad_active() -> bool:
@@ -97,19 +100,31 @@ class Differentiable:
     torch.export trace, and what direct ``torch.ops.torch_dml_ops.*`` callers get.
     """
 
-    def __init__(self, opname: str, function: type, prepare: Callable = None) -> None:
+    def __init__(self, opname: str, function: type, prepare: Callable = None,
+                 n_tensors: int = 1) -> None:
         self.op = getattr(getattr(torch.ops, NAMESPACE), opname).default
         self.function = function
         self.prepare = prepare
+        self.n_tensors = n_tensors          # the leading tensor arguments
         self._schema = self.op._schema
+        self._redispatch = self.op._handle.redispatch_boxed
         lib.impl(opname, self._kernel, "Autograd", with_keyset=True)
 
     def call(self, *args):
-        """The op on full positional arguments, recorded for autograd/torch.func if needed."""
-        if derivative_needed(args) and not torch.compiler.is_compiling():
-            if self.prepare is not None:
-                args = self.prepare(args)
-            return self.function.apply(*_wrap(args))
+        """The op on full positional arguments, recorded for autograd/torch.func if needed.
+
+        In plain eager mode without a derivative it goes straight to the backend kernel the
+        dispatcher would pick (the same registered kernel, below the Autograd key): the Python
+        Autograd kernel costs more than a small call itself (measured in the README)."""
+        if derivative_needed(args):
+            if not torch.compiler.is_compiling():
+                if self.prepare is not None:
+                    args = self.prepare(args)
+                return self.function.apply(*_wrap(args))
+        else:
+            keyset = eager_keyset(args[:self.n_tensors])
+            if keyset is not None:
+                return self._redispatch(keyset, *args)
         return self.op(*args)
 
     def _through_functorch(self, args):
@@ -143,20 +158,35 @@ class Differentiable:
             if _C._are_functorch_transforms_active():
                 return self._through_functorch(args)
             return self.function.apply(*_wrap(args))
-        with _C._AutoDispatchBelowAutograd():
-            return self.op.redispatch(keyset & _C._after_autograd_keyset, *args, **kwargs)
+        return self._redispatch(keyset & _BELOW_AUTOGRAD, *args, **kwargs)
 
 
-def register_out(opname: str, public_name: str) -> None:
-    """Autograd kernel of an ``out=`` overload: no autograd, like torch's ``out=`` functions."""
-    op = getattr(getattr(torch.ops, NAMESPACE), opname).default
+class OutOverload:
+    """An ``out=`` overload: its Autograd kernel refuses autograd, like torch's ``out=``
+    functions; ``call`` is how the public functions invoke it."""
 
-    def kernel(keyset, *args, **kwargs):
-        if _C.is_grad_enabled() and (_C._any_requires_grad(*args, **kwargs)):
-            raise RuntimeError(        # torch's message for its own out= functions
-                f"{public_name}(): functions with out=... arguments don't support automatic "
-                f"differentiation, but one of the arguments requires grad.")
-        with _C._AutoDispatchBelowAutograd():
-            return op.redispatch(keyset & _C._after_autograd_keyset, *args, **kwargs)
+    def __init__(self, opname: str, public_name: str) -> None:
+        self.op = getattr(getattr(torch.ops, NAMESPACE), opname).default
+        self.public_name = public_name
+        self._redispatch = self.op._handle.redispatch_boxed
+        lib.impl(opname, self._kernel, "Autograd", with_keyset=True)
 
-    lib.impl(opname, kernel, "Autograd", with_keyset=True)
+    def _refuse_grad(self) -> None:
+        raise RuntimeError(        # torch's message for its own out= functions
+            f"{self.public_name}(): functions with out=... arguments don't support automatic "
+            f"differentiation, but one of the arguments requires grad.")
+
+    def _kernel(self, keyset, *args, **kwargs):
+        if _C.is_grad_enabled() and _C._any_requires_grad(*args, **kwargs):
+            self._refuse_grad()
+        return self._redispatch(keyset & _BELOW_AUTOGRAD, *args, **kwargs)
+
+    def call(self, tensors, *args, out):
+        """``tensors``: the inputs and ``out``, for the refusal and the eager shortcut (as in
+        ``Differentiable.call``)."""
+        if _C.is_grad_enabled() and _C._any_requires_grad(*tensors):
+            self._refuse_grad()
+        keyset = eager_keyset(tensors)
+        if keyset is not None:
+            return self._redispatch(keyset, *args, out=out)
+        return self.op(*args, out=out)

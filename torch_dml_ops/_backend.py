@@ -1,23 +1,48 @@
-"""Which implementation runs a call: the portable torch path or the Triton kernel.
+"""Which kernel runs a call: the dispatcher decides, by device.
 
-``TORCH_DML_OPS_BACKEND`` (read at every call, by the real kernel, never by traced code):
-  ``auto`` (default)  Triton for CUDA tensors when triton imports; the native C kernels for CPU
-                      tensors when they are built; the portable path otherwise (and for the few
-                      calls a native kernel does not cover: it says which);
-  ``torch``           always the portable path;
-  ``triton``          always the Triton kernel; CPU tensors need ``TRITON_INTERPRET=1``;
-  ``native``          the native C kernels for every CPU call they cover (an error when they are
-                      not built); the portable path for CUDA tensors and uncovered calls.
+Default registrations (``auto``):
+
+========================  =====================================================================
+dispatch key              kernel
+========================  =====================================================================
+CPU                       the C++ kernels (``csrc/``, registered by the extension itself)
+CUDA                      the Triton kernels (``triton_kernels/``, registered here when triton
+                          is installed; imported on the first CUDA call)
+CompositeExplicitAutograd the portable torch path (``portable/``): every other device, and the
+                          CPU when the C++ extension is not built
+========================  =====================================================================
+
+Every backend offers the same protocol: a ``KERNELS`` mapping from op name to a kernel with the
+op's schema (``portable.KERNELS``, ``triton_kernels.KERNELS``; the C++ kernels are registered by
+name in C++).  A kernel covers every call it is given: it validates, computes, bumps the version
+counter of what it writes, and, where its device code lacks a case, says so in its docstring and
+hands the call to the portable kernel itself.
+
+``with torch_dml_ops.backend(name):`` overrides the CPU and CUDA kernels for the block (tests,
+benchmarks, debugging); ``TORCH_DML_OPS_BACKEND`` selects one for the whole process, read once at
+import.  Names:
+
+  ``auto``    the defaults above;
+  ``torch``   the portable path on every device;
+  ``triton``  the Triton kernels on CUDA and on the CPU (the CPU needs ``TRITON_INTERPRET=1`` set
+              before triton is imported: triton's interpreter);
+  ``native``  the C++ kernels on the CPU (an error when they are not built), CUDA as ``auto``.
+
+The override is process-wide (it changes the dispatcher's registrations), not per thread: do not
+switch backends while other threads call the ops.  Nothing here runs inside a call.
 """
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
+import warnings
 
 import torch
 import torch.autograd.forward_ad as _fwad
+from torch import _C
 
-from . import _native
+from ._library import EXTENSION_ERROR, NAMESPACE, OPS, extension_loaded, lib
 
 BACKENDS = ("auto", "torch", "triton", "native")
 
@@ -36,91 +61,137 @@ def triton_available() -> bool:
     return triton_import_error() == ""
 
 
-# os.environ.get of an unset variable costs ~2 us (it raises and catches a KeyError inside), more
-# than the rest of a small call's dispatch; the mapping behind os.environ answers in ~0.1 us and
-# sees every change made through os.environ (monkeypatch.setenv included).
-_ENV_DATA = getattr(os.environ, "_data", None)
-try:
-    _ENV_KEY = os.environ.encodekey("TORCH_DML_OPS_BACKEND")
-except (AttributeError, TypeError):
-    _ENV_KEY = None
-
-
-def _read_mode() -> str:
-    if isinstance(_ENV_DATA, dict) and _ENV_KEY is not None:
-        raw = _ENV_DATA.get(_ENV_KEY)
-        return "auto" if raw is None else os.environ.decodevalue(raw)
-    return os.environ.get("TORCH_DML_OPS_BACKEND", "auto")
-
-
-def requested_backend() -> str:
-    mode = _read_mode()
-    if mode in BACKENDS:
-        return mode
-    mode = mode.strip().lower() or "auto"
-    if mode not in BACKENDS:
-        raise ValueError(
-            f"TORCH_DML_OPS_BACKEND={mode!r} is not one of {', '.join(BACKENDS)}"
-        )
-    return mode
-
-
 def interpreting() -> bool:
+    """Whether triton runs its kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _choose(is_cpu: bool, is_cuda: bool) -> str:
-    """The one backend decision: ``"triton"``, ``"native"`` or ``"torch"``, from the mode (read
-    once) and where the tensors live."""
-    mode = requested_backend()
-    if mode == "auto":
-        if is_cuda and triton_available():
-            return "triton"
-        return "native" if is_cpu and _native.available() else "torch"
-    if mode == "native":
-        if not is_cpu:
-            return "torch"      # the C kernels are CPU kernels; the portable path elsewhere
-        if not _native.available():
-            raise RuntimeError(f"TORCH_DML_OPS_BACKEND=native but {_native.import_error()}")
-        return "native"
-    if mode == "torch":
-        return "torch"
-    # mode == "triton": forced
-    if not triton_available():
-        raise RuntimeError(
-            f"TORCH_DML_OPS_BACKEND=triton but the Triton kernels cannot be imported "
-            f"({triton_import_error()})"
-        )
-    if is_cpu and not interpreting():
-        raise RuntimeError(
-            "TORCH_DML_OPS_BACKEND=triton on CPU tensors needs TRITON_INTERPRET=1 (set before "
-            "triton is imported) to run the kernels in triton's interpreter"
-        )
-    return "triton"
+def portable_kernels() -> dict:
+    from .portable import KERNELS
+    return KERNELS
 
 
-def backend_for(t: torch.Tensor) -> str:
-    """The backend for one call on tensors living where ``t`` does (``is_cpu``/``is_cuda`` are
-    ~0.15 us, ``device.type`` ~1 us: this runs on every call).  A native or Triton wrapper that
-    does not cover a call (a dtype or layout) hands it to the portable path."""
-    return _choose(t.is_cpu, t.is_cuda)
+def triton_kernels() -> dict:
+    from .triton_kernels import KERNELS
+    return KERNELS
 
 
-def use_triton(device: torch.device) -> bool:
-    """Whether a call on tensors living on ``device`` runs the Triton kernel."""
-    return _choose(device.type == "cpu", device.type == "cuda") == "triton"
+@functools.lru_cache(maxsize=None)
+def _cpp_kernels() -> dict:
+    """The C++ CPU kernels as the extension registered them (captured before any override)."""
+    return {name: torch.library.get_kernel(f"{NAMESPACE}::{name}", "CPU") for name in OPS}
 
 
-def use_native(device: torch.device) -> bool:
-    """Whether a call on tensors living on ``device`` runs the native C kernels."""
-    return _choose(device.type == "cpu", device.type == "cuda") == "native"
+def _cpp(name: str):
+    kernel = _cpp_kernels()[name]
+
+    def run(keyset, *args, **kwargs):
+        return kernel.call_boxed(keyset, *args, **kwargs)
+    return run
+
+
+def _lazy_triton(name: str):
+    """The CUDA kernel of ``auto``: the Triton kernel, imported on the first call (triton's
+    import costs seconds); the portable kernel, with one warning, where triton cannot start."""
+    def run(*args, **kwargs):
+        if triton_available():
+            return triton_kernels()[name](*args, **kwargs)
+        _warn_no_triton()
+        return portable_kernels()[name](*args, **kwargs)
+    return run
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_no_triton() -> None:
+    warnings.warn(f"torch_dml_ops: the Triton kernels cannot be imported "
+                  f"({triton_import_error()}); CUDA calls run the portable path", RuntimeWarning)
+
+
+def _table(name: str) -> dict:
+    """{dispatch key: {op: (kernel, with_keyset)}} for backend ``name``."""
+    portable = {op: (fn, False) for op, fn in portable_kernels().items()}
+    if name == "torch":
+        return {"CPU": portable, "CUDA": portable}
+    if name == "triton":
+        if not triton_available():
+            raise RuntimeError(f"backend 'triton': the Triton kernels cannot be imported "
+                               f"({triton_import_error()})")
+        tk = {op: (fn, False) for op, fn in triton_kernels().items()}
+        table = {"CUDA": tk}
+        if interpreting():
+            table["CPU"] = tk
+        elif not torch.cuda.is_available():
+            raise RuntimeError(
+                "backend 'triton' on CPU tensors needs TRITON_INTERPRET=1 (set before triton is "
+                "imported) to run the kernels in triton's interpreter")
+        return table
+    if name == "native" and not extension_loaded():
+        raise RuntimeError(f"backend 'native': {EXTENSION_ERROR}")
+    cpu = {op: (_cpp(op), True) for op in OPS} if extension_loaded() else portable
+    return {"CPU": cpu, "CUDA": {op: (_lazy_triton(op), False) for op in OPS}
+            if importlib.util.find_spec("triton") else portable}
+
+
+_overrides: list = []      # the Library objects of the open backend blocks, innermost last
+
+
+class backend:
+    """``with torch_dml_ops.backend("torch"): ...`` runs every op call in the block on that
+    backend (``auto``, ``torch``, ``triton``, ``native``; see the module docstring).  Blocks nest;
+    the switch is process-wide."""
+
+    def __init__(self, name: str) -> None:
+        canon = str(name).strip().lower() or "auto"
+        if canon not in BACKENDS:
+            raise ValueError(f"backend {name!r} is not one of {', '.join(BACKENDS)}")
+        self.name = canon
+
+    def __enter__(self) -> str:
+        table = _table(self.name)
+        override = torch.library.Library(NAMESPACE, "IMPL")
+        with warnings.catch_warnings():
+            # "Overriding a previously registered kernel": what this block is for.
+            warnings.simplefilter("ignore", UserWarning)
+            for key, kernels in table.items():
+                for op, (fn, with_keyset) in kernels.items():
+                    override.impl(op, fn, key, with_keyset=with_keyset)
+        _overrides.append((self.name, override))
+        return self.name
+
+    def __exit__(self, *exc) -> None:
+        _, override = _overrides.pop()
+        override._destroy()
+
+
+def current_backend() -> str:
+    """The backend in force (the innermost open block, else ``auto``)."""
+    return _overrides[-1][0] if _overrides else "auto"
+
+
+def register_defaults() -> None:
+    """The ``auto`` kernels (the C++ CPU kernels register themselves)."""
+    for op, fn in portable_kernels().items():
+        lib.impl(op, fn, "CompositeExplicitAutograd")
+    for op, (fn, with_keyset) in _table("auto")["CUDA"].items():
+        lib.impl(op, fn, "CUDA", with_keyset=with_keyset)
+    if extension_loaded():
+        _cpp_kernels()      # capture them now, before any override
+
+
+def apply_environment() -> None:
+    """``TORCH_DML_OPS_BACKEND``, read once, at import."""
+    name = os.environ.get("TORCH_DML_OPS_BACKEND", "auto").strip().lower() or "auto"
+    if name not in BACKENDS:
+        raise ValueError(f"TORCH_DML_OPS_BACKEND={name!r} is not one of {', '.join(BACKENDS)}")
+    if name != "auto":
+        backend(name).__enter__()     # for the life of the process
 
 
 def available_backends() -> list:
     """(name, device, why) for every backend that can run here, for the demo and the benchmarks."""
     rows = [("torch", "cpu", "portable path")]
-    if _native.available():
-        rows.append(("native", "cpu", "native C kernels"))
+    if extension_loaded():
+        rows.append(("native", "cpu", "C++ kernels (stable ABI)"))
     if torch.cuda.is_available():
         rows.append(("torch", "cuda", "portable path"))
         if triton_available():
@@ -130,34 +201,39 @@ def available_backends() -> list:
     return rows
 
 
-def plain_eager_call(tensors, differentiable) -> bool:
-    """Whether nothing can observe a call below the public function, so it may run the op's
-    kernel directly instead of going through the dispatcher.
+# ---------------------------------------------------------------------------------------------
+# The public functions' path to the kernel
+# ---------------------------------------------------------------------------------------------
 
-    Dispatching a Python-kernel op (autograd kernel, then backend kernel) costs ~15-20 us on a
-    small CPU, more than a small gather itself.  The shortcut is taken only when the result is
-    indistinguishable: eager mode (not torch.compile / export / jit tracing), plain tensors (no
-    subclass, FakeTensor or functorch wrapper), no dispatch or function modes, no profiler, no
-    open forward-AD level, and no input that autograd would record (``differentiable`` lists
-    those).  Everything else goes
-    through ``torch.ops.torch_dml_ops.*``, which is also what compiled graphs and exports contain.
+_CPU = _C.DispatchKeySet(_C.DispatchKey.CPU)
+_CUDA = _C.DispatchKeySet(_C.DispatchKey.CUDA)
+
+
+def eager_keyset(tensors):
+    """The dispatch key of the backend kernel for a call on ``tensors`` when nothing can observe
+    the call below the public function, so that it may go straight to that kernel (the one the
+    dispatcher would pick: ``Differentiable.call``), skipping the Autograd kernel (a Python
+    function, ~5 us, more than a small call); else None (go through the dispatcher).
+
+    Only for CPU and CUDA tensors, and only when the result is indistinguishable: eager mode (not
+    torch.compile / export / jit tracing), plain tensors (no subclass, FakeTensor or functorch
+    wrapper), no dispatch or function modes, no forward-AD level, no profiler; the caller has
+    established that no derivative is needed.  The kernels resolve negative-bit views
+    themselves (the dispatcher's Negative key is skipped too).
     """
-    if torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None:
-        return False
+    if torch.compiler.is_compiling() or _C._get_tracing_state() is not None:
+        return None
     for t in tensors:
-        if type(t) is not torch.Tensor or t.is_meta:
-            return False
-    if torch.is_grad_enabled():
-        for t in differentiable:
-            if t.requires_grad:
-                return False
-    if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
-        return False
-    if torch._C._functorch.peek_interpreter_stack() is not None:
-        return False
-    if _fwad._current_level >= 0:       # a forward-AD level is open: inputs may be dual
-        return False
-    return not torch.autograd.profiler._is_profiler_enabled
+        if type(t) is not torch.Tensor:
+            return None
+    if _C._len_torch_dispatch_stack() or _C._is_torch_function_mode_enabled():
+        return None
+    if _C._are_functorch_transforms_active() or _fwad._current_level >= 0:
+        return None         # functorch wrappers and dual tensors look like plain tensors
+    if torch.autograd.profiler._is_profiler_enabled:
+        return None
+    t = tensors[0]
+    return _CPU if t.is_cpu else _CUDA if t.is_cuda else None
 
 
 def vmap_operands(info, in_dims, tensors):

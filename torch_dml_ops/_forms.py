@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from ._validation import ConstraintError
+from ._errors import ConstraintError
 
 
 def prod(xs) -> int:
@@ -21,6 +21,15 @@ def prod(xs) -> int:
     for x in xs:
         p = p * x
     return p
+
+
+def row_major_strides(sizes: Sequence[int]) -> list:
+    """The element strides of a contiguous tensor of ``sizes`` (the one place they are computed)."""
+    strides, s = [], 1
+    for n in reversed(list(sizes)):
+        strides.append(s)
+        s = s * n
+    return strides[::-1]
 
 
 def strip_padding(op: str, name: str, count_name: str, shape: Sequence[int], count: int) -> tuple:

@@ -1,19 +1,15 @@
 """gather_nd: DML_OPERATOR_GATHER_ND / GATHER_ND1 (= ONNX GatherND, TF gather_nd) as a torch op.
 
-Layers (each greppable by suffix):
-  ``gather_nd``                  public function: reads the feature level, handles ``out=``
-  ``torch_dml_ops::gather_nd``   the registered op (schema below), ``_gather_nd_impl`` its kernel
-  ``_gather_nd_fake``            shapes only, for FakeTensor / meta / torch.compile / export
-  ``_gather_nd_backward``        autograd: a scatter-add, itself a registered op with a backward
-  ``gather_nd_torch``            portable path (``_fallback.py``)
-  ``gather_nd_triton``           Triton launcher (``triton_kernels/gather_nd.py``)
+This module is the op's front: the public function, the fake kernel, autograd and the vmap rule.
+The kernels, one module per backend, all registered on the one op (``_backend`` says which key):
+  ``csrc/gather_nd.cpp``            C++ CPU kernels (``gather_nd``, ``_out``, ``_backward``)
+  ``triton_kernels/gather_nd.py``   Triton (CUDA)
+  ``portable/gather_nd.py``         torch ops (every other device; the reference)
 
-Registration: ``torch.library`` schema + a CompositeExplicitAutograd kernel (one Python kernel for
-every device, which picks the backend at run time) + ``register_fake`` + an Autograd kernel
-applying one ``autograd.Function`` (``_autograd.py``: reverse and forward mode, torch.func).
-The op is opaque to torch.compile, so a compiled graph calls the same kernel on CPU and CUDA and
-its behaviour does not depend on the device (``triton_op`` would trace the body into Inductor,
-which then has to be fake-traceable, and the data-dependent index check is not).
+The schema is defined in C++ (``csrc/registration.cpp``; ``_library.SCHEMAS`` without the
+extension).  The op is opaque to torch.compile, so a compiled graph calls the same kernels as
+eager code (``triton_op`` would trace the body into Inductor, which then has to be
+fake-traceable, and the data-dependent index check is not).
 """
 from __future__ import annotations
 
@@ -21,94 +17,13 @@ from typing import Optional
 
 import torch
 
-from . import _autograd, _backend, _native_gather_scatter
-from ._fallback import (check_and_wrap_plan, gather_nd_torch, index_matrix,
-                        linear_rows)
-from ._forms import GatherLayout, gather_layout
+from . import _autograd, _backend
+from ._checks import as_int, check_gather_nd, check_out_meta, check_tensors
+from ._forms import gather_layout
+from ._levels import _state
 from ._library import document, lib
-from ._validation import (SIGNED_INDEX_DTYPES, _state, as_int, check_gather_nd, check_out,
-                          check_out_meta, check_storages, check_tensors, raise_index_error,
-                          resolved, written)
 
 __all__ = ["gather_nd"]
-
-_ARGS = ("Tensor input, Tensor indices, int batch_dims=0, int? input_dimension_count=None, "
-         "int? indices_dimension_count=None, str feature_level='permissive', "
-         "bool check_indices=True")
-# Functional op: what autograd, compile and export see.
-lib.define(f"gather_nd({_ARGS}) -> Tensor")
-# out= variant: writes into a preallocated output (no autograd, like torch's out= ops).
-lib.define(f"gather_nd_out({_ARGS}, *, Tensor(a!) out) -> ()")
-# Backward: scatter-add of the output gradient into zeros of the input's shape.
-lib.define("gather_nd_backward(Tensor grad, Tensor indices, SymInt[] input_shape, int batch_dims, "
-           "int? input_dimension_count, int? indices_dimension_count) -> Tensor")
-
-
-def _gather_into(out: Optional[torch.Tensor], input: torch.Tensor, indices: torch.Tensor,
-                 lay: GatherLayout, check: bool) -> torch.Tensor:
-    """Run the chosen backend; writes into ``out`` (the caller's ``out=``) or a new tensor.
-
-    On failure nothing the caller owns is modified: the portable path checks before it writes;
-    the native kernel checks a caller's ``out=`` in a check-only pass before it copies;
-    the Triton path writes a fresh output in the same pass as the check, but checks a caller's
-    ``out=`` in a separate pre-pass (it reads only the indices).
-    """
-    backend = _backend.backend_for(input)
-    if backend == "native":
-        res = _native_gather_scatter.gather_nd_native(input, indices, lay, out)
-        if res is not None:
-            return res
-    if backend != "triton":
-        return gather_nd_torch(input, indices, lay, check, out)
-    from . import triton_kernels
-    nat_input = input.reshape(lay.natural_input_shape)
-    nat_indices = indices.reshape(lay.natural_indices_shape)
-    user_out = out is not None
-    if out is None:
-        out = torch.empty(lay.out_shape, dtype=input.dtype, device=input.device)
-
-    def run(check_now: bool, move: bool) -> None:
-        flag = triton_kernels.gather_nd_triton(out, nat_input, nat_indices, lay.batch_dims,
-                                               check_now, move)
-        if flag is not None:
-            pos = int(flag.item())   # the one host sync of a checked call
-            if pos != 2**63 - 1:
-                raise_index_error("gather_nd", indices, pos, indices.shape, lay.index_sizes,
-                                  lay.dim_names(input.dim()),
-                                  indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
-
-    if check and user_out:
-        run(True, False)
-        run(False, True)
-    else:
-        run(check, True)
-    return out
-
-
-def _gather_nd_impl(input, indices, batch_dims=0, input_dimension_count=None,
-                    indices_dimension_count=None, feature_level="permissive", check_indices=True):
-    lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
-                          indices_dimension_count, feature_level, check_indices)
-    check_storages("gather_nd", ("InputTensor", input), ("IndicesTensor", indices))
-    return _gather_into(None, resolved(input), resolved(indices), lay, check_indices)
-
-
-def _gather_nd_out_impl(input, indices, batch_dims=0, input_dimension_count=None,
-                        indices_dimension_count=None, feature_level="permissive",
-                        check_indices=True, *, out):
-    lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
-                          indices_dimension_count, feature_level, check_indices)
-    check_out("gather_nd", out, lay.out_shape, input.dtype, input.device,
-              (("InputTensor", input), ("IndicesTensor", indices)))
-    check_storages("gather_nd", ("InputTensor", input), ("IndicesTensor", indices),
-                   ("OutputTensor (out)", out))
-    input, indices = resolved(input), resolved(indices)
-    if out.is_neg():
-        # A negative view: the kernels write raw memory, copy_ writes through the negation.
-        out.copy_(_gather_into(None, input, indices, lay, check_indices))
-    else:
-        _gather_into(out, input, indices, lay, check_indices)
-        written(out)
 
 
 def _gather_nd_fake(input, indices, batch_dims=0, input_dimension_count=None,
@@ -127,30 +42,9 @@ def _gather_nd_out_fake(input, indices, batch_dims=0, input_dimension_count=None
 
 
 # ---------------------------------------------------------------------------------------------
-# Backward: grad_input = scatter-add of grad at the gathered positions (duplicates accumulate).
+# Backward: grad_input = scatter-add of grad at the gathered positions (duplicates accumulate);
+# the kernels: portable/gather_nd.py and csrc/gather_nd.cpp.
 # ---------------------------------------------------------------------------------------------
-
-def _gather_nd_backward_impl(grad, indices, input_shape, batch_dims, input_dimension_count,
-                             indices_dimension_count):
-    lay = gather_layout("gather_nd", input_shape, indices.shape, batch_dims,
-                        input_dimension_count, indices_dimension_count)
-    sizes = lay.index_sizes
-    batch, rows, slice_len, n_tuples = lay.batch, lay.rows, lay.slice_len, lay.n_tuples
-    check_storages("gather_nd_backward", ("grad", grad), ("IndicesTensor", indices))
-    grad_in = torch.zeros(rows, slice_len, dtype=grad.dtype, device=grad.device)
-    indices, grad = resolved(indices), resolved(grad)
-    if n_tuples:
-        signed = indices.dtype in SIGNED_INDEX_DTYPES
-        idx2 = index_matrix(indices, n_tuples, lay.k, rows < 2**31)
-        # The forward already range-checked these indices (a direct call of this op may not
-        # have, empty slices included); this also finds which columns wrap.
-        wrap = check_and_wrap_plan("gather_nd", indices, idx2, sizes, signed,
-                                   lay.dim_names(len(input_shape)))
-        if grad_in.numel():
-            lin = linear_rows(idx2, sizes, wrap, batch, n_tuples // batch)
-            grad_in.index_add_(0, lin, grad.reshape(n_tuples, slice_len))
-    return grad_in.view(tuple(input_shape))
-
 
 def _gather_nd_backward_fake(grad, indices, input_shape, batch_dims, input_dimension_count,
                              indices_dimension_count):
@@ -205,10 +99,6 @@ def _gather_nd_backward_jvp(ctx, grad_t, *_):
     return GATHER_ND_BACKWARD.call(grad_t, indices, ctx.input_shape, *ctx.args)
 
 
-# One kernel for every device; it picks Triton or the portable path per call.
-lib.impl("gather_nd", _gather_nd_impl, "CompositeExplicitAutograd")
-lib.impl("gather_nd_out", _gather_nd_out_impl, "CompositeExplicitAutograd")
-lib.impl("gather_nd_backward", _gather_nd_backward_impl, "CompositeExplicitAutograd")
 # Shapes without data: FakeTensor, meta, torch.compile, torch.export.
 torch.library.register_fake("torch_dml_ops::gather_nd", _gather_nd_fake, lib=lib)
 torch.library.register_fake("torch_dml_ops::gather_nd_out", _gather_nd_out_fake, lib=lib)
@@ -217,11 +107,12 @@ torch.library.register_fake("torch_dml_ops::gather_nd_backward", _gather_nd_back
 # torch.library.register_autograd); indices are not differentiable.
 GATHER_ND = _autograd.Differentiable("gather_nd", _autograd.make_function(
     "GatherND", torch.ops.torch_dml_ops.gather_nd.default, _gather_nd_setup_context,
-    _gather_nd_backward, _gather_nd_jvp))
+    _gather_nd_backward, _gather_nd_jvp), n_tensors=2)
 GATHER_ND_BACKWARD = _autograd.Differentiable("gather_nd_backward", _autograd.make_function(
     "GatherNDBackward", torch.ops.torch_dml_ops.gather_nd_backward.default,
-    _gather_nd_backward_setup_context, _gather_nd_backward_backward, _gather_nd_backward_jvp))
-_autograd.register_out("gather_nd_out", "gather_nd")
+    _gather_nd_backward_setup_context, _gather_nd_backward_backward, _gather_nd_backward_jvp),
+    n_tensors=2)
+GATHER_ND_OUT = _autograd.OutOverload("gather_nd_out", "gather_nd")
 
 
 def _gather_nd_vmap(info, in_dims, input, indices, batch_dims=0, input_dimension_count=None,
@@ -262,7 +153,6 @@ torch.library.register_vmap("torch_dml_ops::gather_nd", _gather_nd_vmap, lib=lib
 torch.library.register_vmap("torch_dml_ops::gather_nd_backward", _gather_nd_backward_vmap, lib=lib)
 
 _OP = torch.ops.torch_dml_ops.gather_nd.default
-_OUT_OP = torch.ops.torch_dml_ops.gather_nd_out.default
 
 
 def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *,
@@ -320,22 +210,16 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
     """
     level = _state.level
     batch_dims = as_int("gather_nd", "batch_dims", batch_dims)
+    check_tensors("gather_nd", input, indices, out=out)
+    # The documented exceptions (ConstraintTypeError is a TypeError, which a C++ kernel cannot
+    # raise); the kernels check again (memoized here, cheap in C++).
+    check_gather_nd(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
+                    level, check_indices)
+    args = (input, indices, batch_dims, input_dimension_count, indices_dimension_count, level,
+            check_indices)
     if out is None:
-        if _backend.plain_eager_call((input, indices), (input,)):
-            return _gather_nd_impl(input, indices, batch_dims, input_dimension_count,
-                                   indices_dimension_count, level, check_indices)
-        check_tensors("gather_nd", input, indices)      # before the dispatcher's own error
-        return GATHER_ND.call(input, indices, batch_dims, input_dimension_count,
-                              indices_dimension_count, level, check_indices)
-    # An input or out that requires grad goes through the dispatcher, whose Autograd kernel
-    # refuses it (_autograd.register_out), as torch's out= functions do.
-    if _backend.plain_eager_call((input, indices, out), (input, out)):
-        _gather_nd_out_impl(input, indices, batch_dims, input_dimension_count,
-                            indices_dimension_count, level, check_indices, out=out)
-    else:
-        check_tensors("gather_nd", input, indices, out=out)
-        _OUT_OP(input, indices, batch_dims, input_dimension_count, indices_dimension_count, level,
-                check_indices, out=out)
+        return GATHER_ND.call(*args)
+    GATHER_ND_OUT.call((input, indices, out), *args, out=out)
     return out
 
 

@@ -1,12 +1,12 @@
 """scatter_nd: DML_OPERATOR_SCATTER_ND (= ONNX ScatterND, with ScatterND-18's reductions).
 
-Layers, as for gather_nd:
-  ``scatter_nd`` / ``scatter_nd_``    public functions (functional with ``out=``; in-place)
-  ``torch_dml_ops::scatter_nd``       functional op: ``_scatter_nd_impl``, fake, autograd
-  ``torch_dml_ops::scatter_nd_out``   writes a preallocated output
-  ``torch_dml_ops::scatter_nd_``      in-place: mutates its ``input`` (``Tensor(a!)``)
-  ``scatter_nd_torch``                portable path (``_fallback.py``)
-  ``scatter_nd_triton``               Triton launchers (``triton_kernels/scatter_nd.py``)
+This module is the op's front: the public functions (``scatter_nd`` with ``out=``, in-place
+``scatter_nd_``), the fake kernels, autograd and the vmap rule.  The ops: ``scatter_nd``
+(functional), ``scatter_nd_out`` (a preallocated output), ``scatter_nd_`` (mutates its
+``input``, ``Tensor(a!)``).  Their kernels, one module per backend:
+  ``csrc/scatter_nd.cpp``            C++ CPU kernels
+  ``triton_kernels/scatter_nd.py``   Triton (CUDA)
+  ``portable/scatter_nd.py``         torch ops (every other device; the reference)
 
 Duplicate index tuples: with a reduction every duplicate is applied.  With none (invalid in
 DirectML) the last tuple in index order wins and rows never mix two updates: on the portable path
@@ -23,138 +23,14 @@ import torch
 
 from torch._library.utils import fill_defaults
 
-from . import _autograd, _backend, _native, _native_gather_scatter
-from ._fallback import scatter_nd_torch
+from . import _autograd, _backend
+from ._checks import check_out_meta, check_scatter_nd, check_tensors
 from ._forms import GatherLayout, gather_layout
-from .gather_nd import GATHER_ND
+from ._levels import _state
 from ._library import document, lib
-from ._validation import (SIGNED_INDEX_DTYPES, _state, check_out, check_out_meta,
-                          check_scatter_nd, check_storages, check_tensors, raise_index_error,
-                          resolved, written)
+from .gather_nd import GATHER_ND
 
 __all__ = ["scatter_nd", "scatter_nd_"]
-
-_TAIL = ("str reduction='none', int? input_dimension_count=None, "
-         "int? indices_dimension_count=None, str feature_level='permissive', "
-         "bool check_indices=True, bool deterministic=False")
-# Functional op: a copy of input with updates scattered in.
-lib.define(f"scatter_nd(Tensor input, Tensor indices, Tensor updates, {_TAIL}) -> Tensor")
-# out= variant (no autograd).
-lib.define(f"scatter_nd_out(Tensor input, Tensor indices, Tensor updates, {_TAIL}, *, "
-           f"Tensor(a!) out) -> ()")
-# In-place variant: skips the copy (KV-cache updates); mutates input.
-lib.define(f"scatter_nd_(Tensor(a!) input, Tensor indices, Tensor updates, {_TAIL}) -> ()")
-
-
-def _scatter_into(op: str, dst: torch.Tensor, source: Optional[torch.Tensor],
-                  indices: torch.Tensor, updates: torch.Tensor, lay: GatherLayout,
-                  reduction: str, check: bool, deterministic: bool, fresh: bool = False,
-                  backend: Optional[str] = None) -> None:
-    """Check the indices, copy ``source`` into ``dst`` (unless None), scatter: in that order, so
-    a failing call writes nothing.  ``backend``: the caller's ``backend_for`` decision, if made.
-    ``deterministic``: the last duplicate in index order wins (the op's argument, or torch's
-    deterministic mode).  ``op`` names the caller in errors."""
-    if backend is None:
-        backend = _backend.backend_for(dst)
-    if backend == "native":
-        if _native_gather_scatter.scatter_nd_native(dst, source, indices, updates, lay,
-                                                    reduction, op, deterministic):
-            return
-    if backend == "triton":
-        from . import triton_kernels as tk
-        if tk.scatter_nd_triton_supports(dst.dtype, reduction, deterministic):
-            nat_indices = indices.reshape(lay.natural_indices_shape)
-            if check:
-                flag = tk.scatter_nd_check_triton(lay.index_sizes, nat_indices)
-                pos = int(flag.item())   # the one host sync of a checked call
-                if pos != 2**63 - 1:
-                    raise_index_error(op, indices, pos, indices.shape, lay.index_sizes,
-                                      lay.dim_names(dst.dim()),
-                                      indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
-            if source is not None:
-                dst.copy_(source)
-            tk.scatter_nd_triton(dst.reshape(lay.natural_input_shape), nat_indices,
-                                 updates.reshape(lay.natural_out_shape), lay.k, reduction,
-                                 deterministic)
-            return
-    # Portable path (also for the Triton backend's unsupported dtype/reduction pairs and the
-    # native kernels' uncovered dtype/reduction pairs).
-    scatter_nd_torch(dst, indices, updates, lay, reduction, source, fresh, op=op,
-                     deterministic=deterministic)
-
-
-def _deterministic(flag: bool) -> bool:
-    return flag or torch.are_deterministic_algorithms_enabled()
-
-
-def _scatter_fresh(input, indices, updates, lay, reduction, check, det):
-    """The functional scatter into a new tensor (inputs already validated and resolved)."""
-    backend = _backend.backend_for(input)
-    if backend == "native" and _native_gather_scatter.scatter_covers(input.dtype, reduction):
-        # The native kernel copies the input into the fresh output itself (each thread the rows
-        # it then scatters into), after the index check.
-        out = _native.empty_like(input)
-        _scatter_into("scatter_nd", out, input, indices, updates, lay, reduction, check, det,
-                      backend=backend)
-        return out
-    out = input.clone(memory_format=torch.contiguous_format)
-    _scatter_into("scatter_nd", out, None, indices, updates, lay, reduction, check, det,
-                  fresh=True, backend=backend)
-    return out
-
-
-def _scatter_nd_impl(input, indices, updates, reduction="none", input_dimension_count=None,
-                     indices_dimension_count=None, feature_level="permissive", check_indices=True,
-                     deterministic=False):
-    lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                           indices_dimension_count, feature_level, check_indices, deterministic)
-    _check_storages("scatter_nd", input, indices, updates)
-    return _scatter_fresh(resolved(input), resolved(indices), resolved(updates), lay, reduction,
-                          check_indices, _deterministic(deterministic))
-
-
-def _check_storages(op, input, indices, updates, out=None):
-    check_storages(op, ("InputTensor", input), ("IndicesTensor", indices),
-                   ("UpdatesTensor", updates), ("OutputTensor (out)", out))
-
-
-def _scatter_nd_write(op, target, source, indices, updates, lay, reduction, check, det):
-    """Write into a caller's tensor (``out=``, or the in-place target when ``source`` is None).
-    A negative view is written through its negation by ``copy_`` from a fresh result."""
-    indices, updates = resolved(indices), resolved(updates)
-    if target.is_neg():
-        base = resolved(source if source is not None else target)
-        target.copy_(_scatter_fresh(base, indices, updates, lay, reduction, check, det))
-        return
-    _scatter_into(op, target, None if source is None else resolved(source), indices, updates,
-                  lay, reduction, check, det)
-    written(target)
-
-
-def _scatter_nd_out_impl(input, indices, updates, reduction="none", input_dimension_count=None,
-                         indices_dimension_count=None, feature_level="permissive",
-                         check_indices=True, deterministic=False, *, out):
-    lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                           indices_dimension_count, feature_level, check_indices, deterministic)
-    check_out("scatter_nd", out, input.shape, input.dtype, input.device,
-              (("InputTensor", input), ("IndicesTensor", indices), ("UpdatesTensor", updates)))
-    _check_storages("scatter_nd", input, indices, updates, out)
-    _scatter_nd_write("scatter_nd", out, input, indices, updates, lay, reduction, check_indices,
-                      _deterministic(deterministic))
-
-
-def _scatter_nd_inplace_impl(input, indices, updates, reduction="none",
-                             input_dimension_count=None, indices_dimension_count=None,
-                             feature_level="permissive", check_indices=True, deterministic=False):
-    lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                           indices_dimension_count, feature_level, check_indices, deterministic,
-                           op="scatter_nd_")
-    check_out("scatter_nd_", input, input.shape, input.dtype, input.device,
-              (("IndicesTensor", indices), ("UpdatesTensor", updates)),
-              name="InputTensor (the in-place target)")
-    _check_storages("scatter_nd_", input, indices, updates)
-    _scatter_nd_write("scatter_nd_", input, None, indices, updates, lay, reduction,
-                      check_indices, _deterministic(deterministic))
 
 
 def _scatter_nd_fake(input, indices, updates, reduction="none", input_dimension_count=None,
@@ -350,9 +226,8 @@ def _scatter_nd_inplace_autograd(keyset, input, indices, updates, *args, **kwarg
         args, _ = fill_defaults(_INPLACE_OP._schema, (input, indices, updates) + args, kwargs)
         _ScatterNDInplace.apply(*_last_wins(args))
         return None
-    with torch._C._AutoDispatchBelowAutograd():
-        return _INPLACE_OP.redispatch(keyset & torch._C._after_autograd_keyset, input, indices,
-                                      updates, *args, **kwargs)
+    return _INPLACE_REDISPATCH(keyset & torch._C._after_autograd_keyset, input, indices, updates,
+                               *args, **kwargs)
 
 
 def _check_in_place_grad(input, updates) -> None:
@@ -370,10 +245,6 @@ def _check_in_place_grad(input, updates) -> None:
                 f"torch_dml_ops.scatter_nd")
 
 
-# One kernel for every device; it picks Triton or the portable path per call.
-lib.impl("scatter_nd", _scatter_nd_impl, "CompositeExplicitAutograd")
-lib.impl("scatter_nd_out", _scatter_nd_out_impl, "CompositeExplicitAutograd")
-lib.impl("scatter_nd_", _scatter_nd_inplace_impl, "CompositeExplicitAutograd")
 # Shapes without data: FakeTensor, meta, torch.compile, torch.export.
 torch.library.register_fake("torch_dml_ops::scatter_nd", _scatter_nd_fake, lib=lib)
 torch.library.register_fake("torch_dml_ops::scatter_nd_out", _scatter_nd_out_fake, lib=lib)
@@ -381,9 +252,10 @@ torch.library.register_fake("torch_dml_ops::scatter_nd_", _scatter_nd_inplace_fa
 # Gradients w.r.t. input and updates, both modes, any order.
 SCATTER_ND = _autograd.Differentiable("scatter_nd", _autograd.make_function(
     "ScatterND", torch.ops.torch_dml_ops.scatter_nd.default, _scatter_nd_setup_context,
-    _scatter_nd_backward, _scatter_nd_jvp), prepare=_last_wins)
-_autograd.register_out("scatter_nd_out", "scatter_nd")
+    _scatter_nd_backward, _scatter_nd_jvp), prepare=_last_wins, n_tensors=3)
+SCATTER_ND_OUT = _autograd.OutOverload("scatter_nd_out", "scatter_nd")
 _INPLACE_OP = torch.ops.torch_dml_ops.scatter_nd_.default
+_INPLACE_REDISPATCH = _INPLACE_OP._handle.redispatch_boxed
 lib.impl("scatter_nd_", _scatter_nd_inplace_autograd, "Autograd", with_keyset=True)
 
 
@@ -415,7 +287,6 @@ def _scatter_nd_vmap(info, in_dims, input, indices, updates, reduction="none",
 torch.library.register_vmap("torch_dml_ops::scatter_nd", _scatter_nd_vmap, lib=lib)
 
 _OP = torch.ops.torch_dml_ops.scatter_nd.default
-_OUT_OP = torch.ops.torch_dml_ops.scatter_nd_out.default
 
 
 def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
@@ -462,22 +333,15 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         tensor([ 1., 11.,  3., 10.,  9.,  6.,  7., 12.])
     """
     level = _state.level
+    check_tensors("scatter_nd", input, indices, updates, out=out)
+    # The documented exceptions first (see gather_nd); the kernels check again.
+    check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                     indices_dimension_count, level, check_indices, False)
+    args = (input, indices, updates, reduction, input_dimension_count, indices_dimension_count,
+            level, check_indices, False)
     if out is None:
-        if _backend.plain_eager_call((input, indices, updates), (input, updates)):
-            return _scatter_nd_impl(input, indices, updates, reduction, input_dimension_count,
-                                    indices_dimension_count, level, check_indices)
-        check_tensors("scatter_nd", input, indices, updates)   # before the dispatcher's error
-        return SCATTER_ND.call(input, indices, updates, reduction, input_dimension_count,
-                               indices_dimension_count, level, check_indices, False)
-    # An argument that requires grad goes through the dispatcher, whose Autograd kernel refuses
-    # it (_autograd.register_out), as torch's out= functions do.
-    if _backend.plain_eager_call((input, indices, updates, out), (input, updates, out)):
-        _scatter_nd_out_impl(input, indices, updates, reduction, input_dimension_count,
-                             indices_dimension_count, level, check_indices, out=out)
-    else:
-        check_tensors("scatter_nd", input, indices, updates, out=out)
-        _OUT_OP(input, indices, updates, reduction, input_dimension_count,
-                indices_dimension_count, level, check_indices, out=out)
+        return SCATTER_ND.call(*args)
+    SCATTER_ND_OUT.call((input, indices, updates, out), *args, out=out)
     return out
 
 
@@ -494,13 +358,18 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
     leaves ``input`` unmodified.
     """
     level = _state.level
-    if _backend.plain_eager_call((input, indices, updates), (input, updates)):
-        _scatter_nd_inplace_impl(input, indices, updates, reduction, input_dimension_count,
-                                 indices_dimension_count, level, check_indices)
+    check_tensors("scatter_nd_", input, indices, updates)
+    check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                     indices_dimension_count, level, check_indices, False, op="scatter_nd_")
+    args = (input, indices, updates, reduction, input_dimension_count, indices_dimension_count,
+            level, check_indices, False)
+    keyset = None
+    if not _autograd.derivative_needed((input, updates)):
+        keyset = _backend.eager_keyset((input, indices, updates))
+    if keyset is not None:
+        _INPLACE_REDISPATCH(keyset, *args)
     else:
-        check_tensors("scatter_nd_", input, indices, updates)  # before the dispatcher's error
-        _INPLACE_OP(input, indices, updates, reduction, input_dimension_count,
-                    indices_dimension_count, level, check_indices)
+        _INPLACE_OP(*args)
     return input
 
 

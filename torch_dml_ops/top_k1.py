@@ -4,14 +4,11 @@ Order: by value, NaN greater than +inf (torch.sort's convention) in both directi
 to +0.0; among equal values the lower index first, in both directions, and at the k-th boundary
 the lowest-indexed ties are the ones selected (what torch.topk does not promise).
 
-Layers, as for gather_nd:
-  ``top_k1``                     public function: direction / AxisDirection, feature level
-  ``torch_dml_ops::top_k1``      the registered op, ``_top_k1_impl`` its kernel
-  ``_top_k1_fake``               shapes only
-  ``_top_k1_backward``           grad_input = zeros with the values' gradient scattered back
-  ``top_k1_torch``               portable path (``_fallback.py``)
-  ``top_k1_triton``              Triton launcher (``triton_kernels/top_k1.py``)
-  ``top_k1_native``              native CPU kernel (``_native_topk.py``, ``csrc/topk.c``)
+This module is the op's front: the public functions (``top_k1``, the drop-in ``topk``), the fake
+kernel, autograd and the vmap rule.  The kernels, one module per backend:
+  ``csrc/top_k1.cpp``            C++ CPU kernel
+  ``triton_kernels/top_k1.py``   Triton (CUDA)
+  ``portable/top_k1.py``         torch ops (every other device; the reference)
 """
 from __future__ import annotations
 
@@ -21,11 +18,10 @@ from typing import NamedTuple, Union
 import torch
 import torch.utils._pytree as _pytree
 
-from . import _autograd, _backend, _native_topk
-from ._fallback import top_k1_torch
+from . import _autograd, _backend
+from ._checks import as_int, check_tensors, check_top_k1
+from ._levels import _state
 from ._library import document, lib
-from ._validation import (_state, as_int, check_storages, check_tensors, check_top_k1,
-                          resolved)
 
 __all__ = ["top_k1", "topk", "AxisDirection", "TopK1Result"]
 
@@ -46,30 +42,6 @@ class TopK1Result(NamedTuple):
 
 # torch.export.save serializes a program's output structure by name.
 _pytree._register_namedtuple(TopK1Result, serialized_type_name="torch_dml_ops.TopK1Result")
-
-
-# index_dtype: None means int64.  (A ScalarType default would be serialized as an int by
-# AOTInductor when the argument equals it, and the package then fails to load.)
-lib.define("top_k1(Tensor input, int k, int axis=-1, str direction='decreasing', "
-           "ScalarType? index_dtype=None, str feature_level='permissive') "
-           "-> (Tensor values, Tensor indices)")
-
-
-def _top_k1_impl(input, k, axis=-1, direction="decreasing", index_dtype=None,
-                 feature_level="permissive"):
-    index_dtype = torch.int64 if index_dtype is None else index_dtype
-    ax = check_top_k1(input, k, axis, direction, index_dtype, feature_level)
-    largest = direction == "decreasing"
-    check_storages("top_k1", ("InputTensor", input))
-    input = resolved(input)
-    backend = _backend.backend_for(input)
-    if backend == "triton":
-        from . import triton_kernels as tk
-        if tk.top_k1_triton_supports(input.dtype, k, input.shape[ax]):
-            return tk.top_k1_triton(input, k, ax, largest, index_dtype)
-    elif backend == "native" and _native_topk.supports(input, k, ax):
-        return _native_topk.top_k1_native(input, k, ax, largest, index_dtype)
-    return top_k1_torch(input, k, ax, largest, index_dtype)
 
 
 def _top_k1_fake(input, k, axis=-1, direction="decreasing", index_dtype=None,
@@ -109,15 +81,13 @@ def _top_k1_jvp(ctx, input_t, *_):
     return input_t.gather(ctx.axis, indices.to(torch.int64)), None
 
 
-# One kernel for every device; it picks Triton, the native CPU kernel or the portable path.
-lib.impl("top_k1", _top_k1_impl, "CompositeExplicitAutograd")
 # Shapes without data: FakeTensor, meta, torch.compile, torch.export.
 torch.library.register_fake("torch_dml_ops::top_k1", _top_k1_fake, lib=lib)
 # Gradient w.r.t. the input values, both modes, any order (the indices output is an integer
 # tensor: not differentiable).
 TOP_K1 = _autograd.Differentiable("top_k1", _autograd.make_function(
     "TopK1", torch.ops.torch_dml_ops.top_k1.default, _top_k1_setup_context, _top_k1_backward,
-    _top_k1_jvp))
+    _top_k1_jvp), n_tensors=1)
 
 
 def _top_k1_vmap(info, in_dims, input, k, axis=-1, direction="decreasing",
@@ -188,12 +158,10 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
     d = _direction(direction)
     k, axis = as_int("top_k1", "k", k), as_int("top_k1", "axis", axis)
     level = _state.level
-    if _backend.plain_eager_call((input,), (input,)):
-        v, i = _top_k1_impl(input, k, axis, d, index_dtype, level)
-    else:
-        check_tensors("top_k1", input)                  # before the dispatcher's own error
-        v, i = TOP_K1.call(input, k, axis, d, index_dtype, level)
-    return TopK1Result(v, i)
+    check_tensors("top_k1", input)
+    # The documented exceptions first (see gather_nd); the kernels check again.
+    check_top_k1(input, k, axis, d, torch.int64 if index_dtype is None else index_dtype, level)
+    return TopK1Result(*TOP_K1.call(input, k, axis, d, index_dtype, level))
 
 
 def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True,

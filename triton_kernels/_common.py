@@ -4,31 +4,17 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-import torch
 import triton
 import triton.language as tl
 
-#: Sentinel of "no violation" in the int64 flag the kernels use to report a bad index position.
-NO_VIOLATION = 2**63 - 1
+# Re-exported for the launchers: "no bad index" in the kernels' int64 flag, and the raw-bits
+# view they move data through.
+from .._tables import NO_ERROR as NO_VIOLATION  # noqa: F401
+from .._tables import bits_view  # noqa: F401
 
-_SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def interpreting() -> bool:
-    """Whether triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def bits_view(t: torch.Tensor) -> torch.Tensor:
-    """The tensor reinterpreted as a signed integer of the same width.
-
-    Data-movement kernels copy bits; one integer kernel per width serves every dtype (bool, fp16,
-    bf16, uint16 ...) bit-exactly, NaN payloads included, and the interpreter needs no float16 or
-    bfloat16 support for it.
-    """
-    if t.dtype == torch.bool:
-        return t.view(torch.uint8).view(torch.int8)
-    return t.view(_SAME_WIDTH_INT[t.element_size()])
+#: Whether triton runs its kernels in its CPU interpreter: read once, at import (triton itself
+#: reads ``TRITON_INTERPRET`` when it is imported, so a later change would not take effect).
+INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def next_pow2(n: int) -> int:
@@ -58,7 +44,7 @@ def tuple_blocks(n_tuples: int, slice_len: int, max_block: Optional[int]):
     About ``max_block`` elements per program (tests lower it to exercise many programs and
     partial blocks); the slice axis of the grid is limited to 65535 programs.
     """
-    budget = max_block or (8192 if interpreting() else 2048)
+    budget = max_block or (8192 if INTERPRETING else 2048)
     block_s = max(1, min(next_pow2(slice_len), budget, 1024))
     if triton.cdiv(slice_len, block_s) > 65535:
         block_s = next_pow2(triton.cdiv(slice_len, 65535))

@@ -91,3 +91,46 @@ def gather_nd_triton(out: torch.Tensor, input: torch.Tensor, indices: torch.Tens
     if move and dst is not out:
         out.copy_(dst)
     return flag
+
+
+# ---------------------------------------------------------------------------------------------
+# The op kernels (CUDA dispatch key; the CPU key under backend("triton") with the interpreter)
+# ---------------------------------------------------------------------------------------------
+
+def _compute(input: torch.Tensor, indices: torch.Tensor, lay, check: bool,
+             out: Optional[torch.Tensor]) -> torch.Tensor:
+    """Into ``out`` (a caller's) or a new tensor.  A fresh output is written in the same pass
+    as the index check; a caller's ``out=`` is checked in a separate pre-pass first (it reads
+    only the indices), so a failing call leaves it untouched."""
+    from .._checks import raise_index_error
+    from .._tables import NO_ERROR, SIGNED_INDEX_DTYPES
+    nat_input = input.reshape(lay.natural_input_shape)
+    nat_indices = indices.reshape(lay.natural_indices_shape)
+    user_out = out is not None
+    if out is None:
+        out = torch.empty(lay.out_shape, dtype=input.dtype, device=input.device)
+
+    def run(check_now: bool, move: bool) -> None:
+        flag = gather_nd_triton(out, nat_input, nat_indices, lay.batch_dims, check_now, move)
+        if flag is not None:
+            pos = int(flag.item())   # the one host sync of a checked call
+            if pos != NO_ERROR:
+                raise_index_error("gather_nd", indices, pos, indices.shape, lay.index_sizes,
+                                  lay.dim_names(input.dim()),
+                                  indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
+
+    if check and user_out:
+        run(True, False)
+        run(False, True)
+    else:
+        run(check, True)
+    return out
+
+
+def _kernels() -> dict:
+    from ..portable.gather_nd import gather_nd_backward, make_kernels
+    # No Triton kernel for the backward: the portable one (an index_add_) runs on the GPU.
+    return dict(make_kernels(_compute), gather_nd_backward=gather_nd_backward)
+
+
+KERNELS = _kernels()

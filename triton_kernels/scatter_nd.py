@@ -91,11 +91,9 @@ def scatter_nd_triton_supports(dtype: torch.dtype, reduction: str, deterministic
 
 
 def _meta(index_sizes, device):
-    strides, s = [], 1
-    for n in reversed(index_sizes):
-        strides.append(s)
-        s *= n
-    return torch.tensor(list(index_sizes) + strides[::-1], dtype=torch.int64, device=device)
+    from .._forms import row_major_strides
+    return torch.tensor(list(index_sizes) + row_major_strides(index_sizes), dtype=torch.int64,
+                        device=device)
 
 
 def _launch(mode, out2d, upd2d, idx, meta, aux, n_tuples, slice_len, k, max_block):
@@ -160,3 +158,38 @@ def scatter_nd_triton(out: torch.Tensor, indices: torch.Tensor, updates: torch.T
         _launch(mode, out2d, upd2d, idx, meta, meta, n_tuples, slice_len, k, max_block)
     if dst is not out:
         out.copy_(dst)
+
+
+# ---------------------------------------------------------------------------------------------
+# The op kernels (CUDA dispatch key; the CPU key under backend("triton") with the interpreter)
+# ---------------------------------------------------------------------------------------------
+
+def _compute(op, dst, source, indices, updates, lay, reduction, check, deterministic, fresh):
+    """Check (a pre-pass reading only the indices), copy, scatter; the portable path for the
+    dtype/reduction pairs ``scatter_nd_triton_supports`` refuses."""
+    from .._checks import raise_index_error
+    from .._tables import NO_ERROR, SIGNED_INDEX_DTYPES
+    from ..portable.scatter_nd import scatter_nd_torch
+    if not scatter_nd_triton_supports(dst.dtype, reduction, deterministic):
+        scatter_nd_torch(dst, indices, updates, lay, reduction, source, fresh, op=op,
+                         deterministic=deterministic)
+        return
+    nat_indices = indices.reshape(lay.natural_indices_shape)
+    if check:
+        pos = int(scatter_nd_check_triton(lay.index_sizes, nat_indices).item())  # one host sync
+        if pos != NO_ERROR:
+            raise_index_error(op, indices, pos, indices.shape, lay.index_sizes,
+                              lay.dim_names(dst.dim()), indices.dtype in SIGNED_INDEX_DTYPES,
+                              lay.k)
+    if source is not None:
+        dst.copy_(source)
+    scatter_nd_triton(dst.reshape(lay.natural_input_shape), nat_indices,
+                      updates.reshape(lay.natural_out_shape), lay.k, reduction, deterministic)
+
+
+def _kernels() -> dict:
+    from ..portable.scatter_nd import make_kernels
+    return make_kernels(_compute)
+
+
+KERNELS = _kernels()

@@ -149,3 +149,24 @@ def top_k1_triton(input: torch.Tensor, k: int, axis: int, largest: bool,
             _launch(x2, keys, keys, v2, i2, rows, cur_n, k, n, next_pow2(max(cur_n, 2)), True,
                     True, consts)
     return (vals.movedim(-1, axis).contiguous(), idx.to(index_dtype).movedim(-1, axis).contiguous())
+
+
+# ---------------------------------------------------------------------------------------------
+# The op kernel (CUDA dispatch key; the CPU key under backend("triton") with the interpreter)
+# ---------------------------------------------------------------------------------------------
+
+def _compute(input, k, axis, largest, index_dtype):
+    """The Triton kernel where ``top_k1_triton_supports`` says it covers the call (dtype, k and
+    the row length of its 32-bit index field), else the portable path."""
+    from ..portable.top_k1 import top_k1_torch
+    if top_k1_triton_supports(input.dtype, k, input.shape[axis]):
+        return top_k1_triton(input, k, axis, largest, index_dtype)
+    return top_k1_torch(input, k, axis, largest, index_dtype)
+
+
+def _kernels() -> dict:
+    from ..portable.top_k1 import make_kernels
+    return make_kernels(_compute)
+
+
+KERNELS = _kernels()

@@ -13,28 +13,22 @@ Sizes of the series are the elements of the data tensor ``N``:
 """
 from __future__ import annotations
 
+import functools
+
 import math
-import os
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
 import torch_dml_ops as tdo
-from torch_dml_ops import _native
+from torch_dml_ops._forms import row_major_strides
+from torch_dml_ops._library import extension_loaded
 
 from .core import TIE_ORDER, Case, Inputs, Provider
 
 # ---------------------------------------------------------------------------------------------
 # Shared helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def _row_major_strides(sizes: Sequence[int]) -> List[int]:
-    strides, s = [], 1
-    for n in reversed(sizes):
-        strides.append(s)
-        s *= n
-    return strides[::-1]
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -58,32 +52,19 @@ def _rows(t: torch.Tensor, d: Inputs) -> torch.Tensor:
     return t.view(-1, d["slice_len"])
 
 
-def _with_backend(fn: Callable[[Inputs], object], backend: str) -> Callable[[Inputs], object]:
-    """``fn`` run under ``TORCH_DML_OPS_BACKEND=backend`` (read by the op at every call)."""
-    def run(d):
-        old = os.environ.get("TORCH_DML_OPS_BACKEND")
-        os.environ["TORCH_DML_OPS_BACKEND"] = backend
-        try:
-            return fn(d)
-        finally:
-            if old is None:
-                del os.environ["TORCH_DML_OPS_BACKEND"]
-            else:
-                os.environ["TORCH_DML_OPS_BACKEND"] = old
-    return run
-
-
 def _backend_variants(device: str, name: str, fn: Callable[[Inputs], object]) -> List[Provider]:
-    """Our providers, one per backend that runs on ``device``: on the CPU the native C kernels
-    (what ``auto`` picks there, so listed first and named plainly) and the portable torch path;
-    on a GPU the Triton kernel and the portable path.  The first one is "ours" in the tables."""
+    """Our providers, one per backend that runs on ``device``: on the CPU the C++ kernels (what
+    ``auto`` picks there, so listed first and named plainly) and the portable torch path; on a
+    GPU the Triton kernel and the portable path.  The first one is "ours" in the tables.  The
+    backend is switched around each block of calls (``Provider.context``), never inside one."""
     if device == "cpu":
-        if not _native.available():
+        if not extension_loaded():
             return [Provider(name, fn, kind="ours", library="torch_dml_ops")]
         variants = (("native", name), ("torch", f"{name} [portable]"))
     else:
         variants = (("triton", f"{name} [triton]"), ("torch", f"{name} [portable]"))
-    return [Provider(label, _with_backend(fn, backend), kind="ours", library="torch_dml_ops")
+    return [Provider(label, fn, kind="ours", library="torch_dml_ops",
+                     context=functools.partial(tdo.backend, backend))
             for backend, label in variants]
 
 
@@ -111,7 +92,7 @@ def gather_inputs(shape: Sequence[int], n: int, k: int, device: str = "cpu",
         slice_shape = shape[k:]
         d: Inputs = {"x": x.to(device), "idx": idx.to(device), "k": k,
                      "slice_len": math.prod(slice_shape),
-                     "stride_list": _row_major_strides(shape[:k]), "out_shape": (n,) + slice_shape}
+                     "stride_list": row_major_strides(shape[:k]), "out_shape": (n,) + slice_shape}
         if with_out:
             d["out"] = torch.empty((n,) + slice_shape, dtype=x.dtype, device=device)
         return d
@@ -215,7 +196,7 @@ def scatter_inputs(shape: Sequence[int], n: int, k: int, device: str = "cpu"
         slice_shape = shape[k:]
         upd = torch.randn((n,) + slice_shape, generator=g, dtype=torch.float32)
         return {"x": x.to(device), "idx": idx.to(device), "upd": upd.to(device), "k": k,
-                "slice_len": math.prod(slice_shape), "stride_list": _row_major_strides(shape[:k]),
+                "slice_len": math.prod(slice_shape), "stride_list": row_major_strides(shape[:k]),
                 "bufs": {}}
     return make
 

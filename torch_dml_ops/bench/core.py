@@ -5,6 +5,7 @@ libraries' providers, ``report.py`` turns ``Row`` objects into tables, JSON and 
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import statistics
 import time
@@ -37,6 +38,12 @@ class Provider:
     to_torch: Optional[Callable[[object], object]] = None
     library: str = "torch"        # the column of the summary table it belongs to
     note: str = ""
+    #: A context manager factory entered around every block of calls (never inside a timed
+    #: call), e.g. ``lambda: torch_dml_ops.backend("torch")``.
+    context: Optional[Callable[[], object]] = None
+
+    def entered(self):
+        return self.context() if self.context is not None else contextlib.nullcontext()
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -189,7 +196,8 @@ def run_case(case: Case, settings: Settings, seed: int = 0, bandwidth: Optional[
     live: List[Provider] = []
     for p in case.providers:
         try:
-            res = p.fn(inputs)
+            with p.entered():
+                res = p.fn(inputs)
             res = _as_torch(p, res)
         except Exception as e:  # noqa: BLE001  report it, time the others
             rows[p.name].error = f"raised {type(e).__name__}: {str(e).splitlines()[0][:200]}"
@@ -211,14 +219,15 @@ def run_case(case: Case, settings: Settings, seed: int = 0, bandwidth: Optional[
     number: Dict[str, int] = {}
     rounds = settings.repeats
     for p in live:
-        for _ in range(settings.warmup):
-            _sync(p.fn(inputs))
-        n = 1
-        while True:
-            t = min(_time_block(p.fn, inputs, n) for _ in range(2)) * n
-            if t >= settings.block_s / 5 or n >= 1 << 20:
-                break
-            n *= 4 if t < settings.block_s / 50 else 2
+        with p.entered():
+            for _ in range(settings.warmup):
+                _sync(p.fn(inputs))
+            n = 1
+            while True:
+                t = min(_time_block(p.fn, inputs, n) for _ in range(2)) * n
+                if t >= settings.block_s / 5 or n >= 1 << 20:
+                    break
+                n *= 4 if t < settings.block_s / 50 else 2
         number[p.name] = max(1, round(n * settings.block_s / max(t, 1e-9)))
         # a very slow provider (one call longer than the case budget allows) gets fewer rounds
         per_call = t / n
@@ -233,7 +242,8 @@ def run_case(case: Case, settings: Settings, seed: int = 0, bandwidth: Optional[
             # interleave the providers, rotating the order so none always runs first
             order = live[r % len(live):] + live[:r % len(live)] if live else []
             for p in order:
-                samples[p.name].append(_time_block(p.fn, inputs, number[p.name]))
+                with p.entered():
+                    samples[p.name].append(_time_block(p.fn, inputs, number[p.name]))
     finally:
         if gc_was_enabled:
             gc.enable()

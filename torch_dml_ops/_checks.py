@@ -1,0 +1,579 @@
+"""Metadata checks shared by every operator, every backend and the fake kernels.
+
+Everything here reads metadata only (shapes, dtypes, devices, dimension counts, the feature-level
+argument), so the same function runs in the fake kernel at trace time and in the real kernel at run
+time, and compiled and eager calls fail alike.  The one data-dependent check, the index range, is
+performed by the kernels; :func:`raise_index_error` turns what they found into an ``IndexError``.
+The C++ kernels enforce the same rules with the same messages (``csrc/checks.cpp``).
+
+Rules cite the page they come from: ``spec <page>`` is a DirectML page in ``shared/spec``,
+``spec README n`` is item n of that folder's list of contradictions.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from ._errors import ConstraintError, ConstraintIndexError, ConstraintTypeError, MemoryOverlapError
+from ._forms import GatherLayout, gather_layout
+from ._levels import PERMISSIVE, check_level_argument, level_at_least, level_name
+from ._tables import (DATA_DTYPES, DIRECTIONS, DML_DATA_DTYPES, INDEX_DTYPES, INDEX_DTYPES_2_1,
+                      INDEX_LIMITS, REDUCTIONS, TOPK_INDEX_DTYPES, dml_type_name,
+                      type_list)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data types
+# ---------------------------------------------------------------------------------------------
+
+def check_data_dtype(op: str, tensor_name: str, dtype: torch.dtype, level: str) -> None:
+    allowed = DATA_DTYPES if level == PERMISSIVE else DML_DATA_DTYPES
+    if dtype not in allowed:
+        raise ConstraintTypeError(
+            f"{op}: {tensor_name} has dtype {dtype} ({dml_type_name(dtype)}), which is not a "
+            f"supported data type at the {level_name(level)}; supported: {type_list(allowed)}"
+        )
+
+
+def check_index_dtype(op: str, tensor_name: str, dtype: torch.dtype, level: str) -> None:
+    allowed = INDEX_DTYPES_2_1 if level == "2_1" else INDEX_DTYPES
+    if dtype not in allowed:
+        hint = ""
+        if level == "2_1" and dtype in INDEX_DTYPES:
+            hint = " (signed and 64-bit indices, and so negative indices, arrive at DML_FEATURE_LEVEL_3_0)"
+        raise ConstraintTypeError(
+            f"{op}: {tensor_name} has dtype {dtype} ({dml_type_name(dtype)}), which is not a "
+            f"supported index type at the {level_name(level)}; supported: {type_list(allowed)}{hint}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Dimension counts
+# ---------------------------------------------------------------------------------------------
+
+def dimension_count_rule(level: str, full_rank_from: str) -> Optional[tuple]:
+    """(min, max) DimensionCount at ``level`` for an op whose 1..8 table starts at ``full_rank_from``.
+
+    ``None`` for the permissive level (no limit).
+    """
+    if level == PERMISSIVE:
+        return None
+    if level_at_least(level, full_rank_from):
+        return (1, 8)
+    return (4, 4)
+
+
+def check_dml_dimension_count(op: str, names: Sequence[str], ranks: Sequence[int], level: str,
+                              full_rank_from: str) -> None:
+    """DML form: every tensor has the same DimensionCount, within the level's table."""
+    # spec DML_GATHER_ND.md "Tensor constraints": the tensors have the same DimensionCount.
+    for name, rank in zip(names[1:], ranks[1:]):
+        if rank != ranks[0]:
+            raise ConstraintError(
+                f"{op}: in the DML form {name}.DimensionCount must equal {names[0]}.DimensionCount "
+                f"({ranks[0]}), got {rank}"
+            )
+    rule = dimension_count_rule(level, full_rank_from)
+    if rule is not None and not (rule[0] <= ranks[0] <= rule[1]):
+        want = str(rule[0]) if rule[0] == rule[1] else f"{rule[0]} to {rule[1]}"
+        raise ConstraintError(
+            f"{op}: {names[0]}.DimensionCount must be {want} at {level_name(level)}, got "
+            f"{ranks[0]} (in the DML form every tensor has exactly the level's DimensionCount)"
+        )
+
+
+def check_natural_ranks(op: str, names: Sequence[str], ranks: Sequence[int], level: str,
+                        full_rank_from: str) -> None:
+    """Natural form: each tensor is padded with leading 1s, so it needs at most the level's count."""
+    rule = dimension_count_rule(level, full_rank_from)
+    if rule is None:
+        return
+    for name, rank in zip(names, ranks):
+        if rank > rule[1]:
+            raise ConstraintError(
+                f"{op}: {name} has {rank} dimensions; at {level_name(level)} the DimensionCount is "
+                f"{rule[1] if rule[0] == rule[1] else f'{rule[0]} to {rule[1]}'}, so a natural-form "
+                f"tensor may have at most {rule[1]} dimensions (it is padded with leading 1s)"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Misc shared checks
+# ---------------------------------------------------------------------------------------------
+
+def check_same_device(op: str, named: Sequence[tuple]) -> None:
+    first_name, first = named[0]
+    for name, t in named[1:]:
+        if t.device != first.device:
+            raise ValueError(
+                f"{op}: {name} is on {t.device} but {first_name} is on {first.device}; "
+                f"all tensors must be on the same device"
+            )
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Elements from ``t``'s first element to one past its last (``t`` has elements)."""
+    if t.is_contiguous():
+        return t.numel()
+    return 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+
+
+def _byte_span(t: torch.Tensor) -> tuple:
+    """[start, end) byte addresses that a strided tensor may touch (empty span for numel 0)."""
+    if t.numel() == 0:
+        return (0, 0)
+    start = t.data_ptr()
+    return (start, start + _extent(t) * t.element_size())
+
+
+def storage_bytes_needed(t: torch.Tensor) -> int:
+    """Bytes of storage ``t`` addresses, from the start of its storage (0 without elements)."""
+    if t.numel() == 0:
+        return 0
+    return (t.storage_offset() + _extent(t)) * t.element_size()
+
+
+def check_storage(op: str, role: str, t: torch.Tensor) -> None:
+    """Raise RuntimeError (the type of torch's own storage bounds check) unless ``t``'s storage
+    holds every byte ``t`` addresses.  A storage resized under a tensor (FSDP frees sharded
+    parameters with ``untyped_storage().resize_(0)``) would otherwise be read or written through
+    a dangling pointer: by the native and Triton kernels, and by some torch ops themselves.
+    Metadata only (~0.3 us), for every backend and device, before anything is read or written."""
+    have = t.untyped_storage().nbytes()
+    if t.is_contiguous() and t.storage_offset() * t.itemsize + t.nbytes <= have:
+        return
+    need = storage_bytes_needed(t)
+    if need > have:
+        raise RuntimeError(
+            f"{op}: {role}'s storage has {have} bytes but the tensor needs {need} bytes "
+            f"(shape {tuple(t.shape)}, stride {tuple(t.stride())}, storage offset "
+            f"{t.storage_offset()}, {t.element_size()}-byte elements; was its storage resized?)")
+
+
+def check_storages(op: str, *named) -> None:
+    """:func:`check_storage` for each ``(role, tensor)`` pair (``None`` tensors skipped)."""
+    for role, t in named:
+        if t is not None:
+            check_storage(op, role, t)
+
+
+def resolved(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with a set negative bit (``torch._neg_view``, the imaginary part of a conjugate)
+    materialized: the kernels read memory raw, so they must see the values the tensor shows."""
+    return t.resolve_neg() if t.is_neg() else t
+
+
+def written(t: torch.Tensor) -> None:
+    """Bump the version counter of a tensor a kernel wrote through its data pointer, as torch's
+    in-place and ``out=`` ops do (autograd uses it to detect stale saved tensors)."""
+    if not t.is_inference():
+        torch.autograd.graph.increment_version(t)
+
+
+_TORCH_OVERLAP = getattr(torch, "_debug_has_internal_overlap", None)
+
+
+def has_internal_overlap(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` share a memory location (exact for every layout)."""
+    if t.is_contiguous() or t.numel() <= 1:
+        return False
+    if _TORCH_OVERLAP is not None:
+        verdict = _TORCH_OVERLAP(t)      # torch's own test: 0 no, 1 yes, 2 too hard to tell
+        if verdict != 2:
+            return verdict == 1
+    dims = sorted((abs(st), sz) for sz, st in zip(t.shape, t.stride()) if sz > 1)
+    extent = 0   # the largest offset reachable with the dims so far
+    for st, sz in dims:
+        if st <= extent:
+            break                 # this dim may land on offsets already reached: look closer
+        extent += (sz - 1) * st
+    else:
+        return False              # every stride jumps past all smaller dims: no overlap
+    if dims[0][0] == 0:
+        return True
+    # Rare interleaved or overlapping layouts: count the distinct offsets.
+    offsets = torch.zeros((), dtype=torch.int64)
+    for sz, st in zip(t.shape, t.stride()):
+        offsets = (offsets.unsqueeze(-1) + torch.arange(sz, dtype=torch.int64) * st)
+    return int(offsets.reshape(-1).unique().numel()) < t.numel()
+
+
+def check_writable(op: str, out: torch.Tensor, name: str = "OutputTensor (out)") -> None:
+    """What torch checks before an in-place or ``out=`` write: no inference tensor outside
+    inference mode, no internal overlap."""
+    if out.is_inference() and not torch.is_inference_mode_enabled():
+        raise RuntimeError(
+            f"{op}: {name} is an inference tensor; Inplace update to inference tensor outside "
+            f"InferenceMode is not allowed")
+    if has_internal_overlap(out):
+        raise MemoryOverlapError(
+            f"{op}: {name} has internal overlap (sizes {tuple(out.shape)}, strides "
+            f"{tuple(out.stride())}): unsupported operation: more than one element of the "
+            f"written-to tensor refers to a single memory location. Please clone() the tensor "
+            f"before performing the operation.")
+
+
+def check_out_meta(op: str, out, shape: Sequence[int], dtype: torch.dtype) -> None:
+    """The metadata half of :func:`check_out`, shared with the fake kernels (same exceptions)."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{op}: out must be a Tensor, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise ConstraintTypeError(
+            f"{op}: OutputTensor (out) has dtype {out.dtype}, expected {dtype} (the InputTensor's)")
+    if tuple(out.shape) != tuple(shape):
+        raise ConstraintError(
+            f"{op}: OutputTensor (out) has shape {tuple(out.shape)}, expected {tuple(shape)}")
+
+
+def check_out(op: str, out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype,
+              device: torch.device, inputs: Sequence[tuple],
+              name: str = "OutputTensor (out)") -> None:
+    """A preallocated ``out=`` tensor (or the target of an in-place op): exact shape, dtype and
+    device, writable, no overlap with itself or any input."""
+    check_out_meta(op, out, shape, dtype)
+    if out.device != device:
+        raise ValueError(f"{op}: {name} is on {out.device}, expected {device}")
+    check_writable(op, out, name)
+    o_start, o_end = _byte_span(out)
+    if o_start == o_end:
+        return
+    for in_name, t in inputs:
+        t_start, t_end = _byte_span(t)
+        if t_start < o_end and o_start < t_end:
+            raise MemoryOverlapError(
+                f"{op}: {name} overlaps {in_name} in memory; pass a separate buffer "
+                f"(unsupported operation: some elements of the input tensor and the written-to "
+                f"tensor refer to a single memory location)")
+
+
+def raise_index_error(op: str, indices: torch.Tensor, flat_position: int, index_tensor_shape,
+                      dim_sizes: Sequence[int], dim_names: Sequence[str], signed: bool,
+                      tuple_size: int) -> None:
+    """Turn the flat position of an offending index coordinate into an ``IndexError``.
+
+    ``flat_position`` is the row-major position in ``indices`` (its logical shape
+    ``index_tensor_shape``); coordinate ``flat_position % tuple_size`` addresses ``dim_sizes[j]``.
+    """
+    j = flat_position % tuple_size
+    value = indices.reshape(-1)[flat_position].item()
+    pos = []
+    rem = flat_position
+    for s in reversed(list(index_tensor_shape)):
+        pos.append(rem % s)
+        rem //= s
+    pos = tuple(reversed(pos))
+    size = dim_sizes[j]
+    valid = f"[{-size}, {size - 1}]" if signed else f"[0, {size - 1}]"
+    if size == 0:
+        valid = "none: the dimension is empty"
+    neg = "" if signed else f" (index type {indices.dtype} is unsigned: no negative indices)"
+    raise IndexError(
+        f"{op}: IndicesTensor value {value} at position {pos} is out of range for "
+        f"{dim_names[j]} of size {size}; valid range {valid}{neg}"
+    )
+
+# ---------------------------------------------------------------------------------------------
+# Per-operator checks
+# ---------------------------------------------------------------------------------------------
+
+class _Memo:
+    """Results of metadata checks keyed on plain-int shapes, dtypes and arguments.
+
+    The checks are pure functions of metadata, and re-running them costs more than a small gather;
+    shapes holding SymInts (tracing) are not hashable and are simply not memoized.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self.data: dict = {}
+
+    def get(self, key):
+        try:
+            return self.data.get(key)
+        except TypeError:   # unhashable SymInt
+            return None
+
+    def put(self, key, value) -> None:
+        try:
+            if len(self.data) >= self.size:
+                self.data.clear()
+            self.data[key] = value
+        except TypeError:
+            pass
+
+
+_gather_memo = _Memo()
+
+
+def _type_name(v) -> str:
+    return type(v).__name__
+
+
+def check_tensor(op: str, name: str, t) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor, got {_type_name(t)}")
+
+
+_TENSOR_NAMES = ("InputTensor", "IndicesTensor", "UpdatesTensor")
+
+
+def check_tensors(op: str, *tensors, out=None) -> None:
+    """The public functions' tensor arguments (input, indices, updates, out), before the
+    dispatcher sees them (it would raise a RuntimeError for what torch users expect to be a
+    TypeError)."""
+    for name, t in zip(_TENSOR_NAMES, tensors):
+        if not isinstance(t, torch.Tensor):
+            check_tensor(op, name, t)
+    if out is not None and not isinstance(out, torch.Tensor):
+        check_tensor(op, "out", out)
+
+
+def check_int(op: str, name: str, v, optional: bool = False) -> None:
+    """An ``int`` argument (a SymInt while tracing); bool is refused, as torch's parser does."""
+    if v is None and optional:
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, torch.SymInt)):
+        want = "an int or None" if optional else "an int"
+        raise TypeError(f"{op}: {name} must be {want}, got {_type_name(v)} {v!r}")
+
+
+def check_bool(op: str, name: str, v) -> None:
+    if not isinstance(v, bool):
+        raise TypeError(f"{op}: {name} must be a bool, got {_type_name(v)} {v!r}")
+
+
+def check_str(op: str, name: str, v) -> None:
+    if not isinstance(v, str):
+        raise TypeError(f"{op}: {name} must be a str, got {_type_name(v)} {v!r}")
+
+
+def check_dtype_arg(op: str, name: str, v) -> None:
+    if not isinstance(v, torch.dtype):
+        raise TypeError(f"{op}: {name} must be a torch.dtype, got {_type_name(v)} {v!r}")
+
+
+_TYPE_CHECKS = {
+    "tensor": check_tensor, "int": check_int, "str": check_str, "bool": check_bool,
+    "dtype": check_dtype_arg,
+    "int?": lambda op, name, v: check_int(op, name, v, optional=True),
+}
+
+
+def check_arg_types(op: str, *args) -> None:
+    """The detailed type checks of an op's arguments, ``(kind, name, value)`` each, in schema
+    order; the per-op checks run them only when one fast test of the common types fails."""
+    for kind, name, v in args:
+        _TYPE_CHECKS[kind](op, name, v)
+
+
+def as_int(op: str, name: str, v):
+    """The public functions' int arguments: ints as they are, other integral scalars (numpy
+    integers, anything with ``__index__`` but bool) converted, the rest a ``TypeError``."""
+    if type(v) is int or v is None:
+        return v
+    if not isinstance(v, bool) and not isinstance(v, torch.SymInt) and hasattr(v, "__index__"):
+        return v.__index__()
+    check_int(op, name, v)
+    return v
+
+
+def check_gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int,
+                    input_dimension_count: Optional[int], indices_dimension_count: Optional[int],
+                    level: str, check_indices: bool = True) -> GatherLayout:
+    """Every metadata rule of DML_GATHER_ND / DML_GATHER_ND1 at ``level``; returns the layout.
+
+    The argument types are checked first, the same for every backend and the fake kernel, so
+    the memoized results (keyed on values) never see a value of another type."""
+    if not (type(batch_dims) is int and input_dimension_count is None
+            and indices_dimension_count is None and type(level) is str
+            and type(check_indices) is bool and isinstance(input, torch.Tensor)
+            and isinstance(indices, torch.Tensor)):      # else the detailed checks (~1 us)
+        check_arg_types("gather_nd", ("tensor", "InputTensor", input),
+                        ("tensor", "IndicesTensor", indices), ("int", "batch_dims", batch_dims),
+                        ("int?", "input_dimension_count", input_dimension_count),
+                        ("int?", "indices_dimension_count", indices_dimension_count),
+                        ("str", "feature_level", level), ("bool", "check_indices", check_indices))
+    if input.device != indices.device:
+        check_same_device("gather_nd", (("InputTensor", input), ("IndicesTensor", indices)))
+    key = (input.shape, indices.shape, input.dtype, indices.dtype, batch_dims,
+           input_dimension_count, indices_dimension_count, level)
+    lay = _gather_memo.get(key)
+    if lay is None:
+        lay = _check_gather_nd(input, indices, batch_dims, input_dimension_count,
+                               indices_dimension_count, level)
+        _gather_memo.put(key, lay)
+    return lay
+
+
+def _check_gather_nd(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
+                     level) -> GatherLayout:
+    op = "gather_nd"
+    check_level_argument(level)
+    check_data_dtype(op, "InputTensor", input.dtype, level)
+    check_index_dtype(op, "IndicesTensor", indices.dtype, level)
+    lay = gather_layout(op, input.shape, indices.shape, batch_dims, input_dimension_count,
+                        indices_dimension_count)
+    if level != PERMISSIVE:
+        if lay.dml_form:
+            check_dml_dimension_count(op, ("InputTensor", "IndicesTensor"),
+                                      (input.dim(), indices.dim()), level, "3_0")
+        else:
+            check_natural_ranks(op, ("InputTensor", "IndicesTensor", "OutputTensor"),
+                                (input.dim(), indices.dim(), len(lay.out_shape)), level, "3_0")
+        # spec DML_GATHER_ND.md Remarks: BatchDimensionCount belongs to DML_GATHER_ND1, which
+        # was introduced in DML_FEATURE_LEVEL_3_0.
+        if batch_dims != 0 and not level_at_least(level, "3_0"):
+            raise ConstraintError(
+                f"{op}: batch_dims={batch_dims} needs DML_OPERATOR_GATHER_ND1 "
+                f"(BatchDimensionCount), introduced in DML_FEATURE_LEVEL_3_0; the active level is "
+                f"{level_name(level)}"
+            )
+    return lay
+
+
+_scatter_memo = _Memo()
+
+
+def check_scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
+                     reduction: str, input_dimension_count: Optional[int],
+                     indices_dimension_count: Optional[int], level: str,
+                     check_indices: bool = True, deterministic: bool = False,
+                     op: str = "scatter_nd") -> GatherLayout:
+    """Every metadata rule of DML_SCATTER_ND at ``level``; returns the layout (``out_shape`` is
+    the shape UpdatesTensor must have).  ``op`` names the caller in messages (``scatter_nd_``
+    for the in-place variant)."""
+    if not (type(reduction) is str and input_dimension_count is None
+            and indices_dimension_count is None and type(level) is str
+            and type(check_indices) is bool and type(deterministic) is bool
+            and isinstance(input, torch.Tensor) and isinstance(indices, torch.Tensor)
+            and isinstance(updates, torch.Tensor)):      # else the detailed checks (~1 us)
+        check_arg_types(op, ("tensor", "InputTensor", input), ("tensor", "IndicesTensor", indices),
+                        ("tensor", "UpdatesTensor", updates), ("str", "reduction", reduction),
+                        ("int?", "input_dimension_count", input_dimension_count),
+                        ("int?", "indices_dimension_count", indices_dimension_count),
+                        ("str", "feature_level", level), ("bool", "check_indices", check_indices),
+                        ("bool", "deterministic", deterministic))
+    if input.device != indices.device or input.device != updates.device:
+        check_same_device(op, (("InputTensor", input), ("IndicesTensor", indices),
+                               ("UpdatesTensor", updates)))
+    key = (input.shape, indices.shape, updates.shape, input.dtype, indices.dtype, updates.dtype,
+           reduction, input_dimension_count, indices_dimension_count, level, op)
+    lay = _scatter_memo.get(key)
+    if lay is None:
+        lay = _check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                                indices_dimension_count, level, op)
+        _scatter_memo.put(key, lay)
+    return lay
+
+
+def _check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                      indices_dimension_count, level, op) -> GatherLayout:
+    check_level_argument(level)
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {', '.join(map(repr, REDUCTIONS))}, "
+                         f"got {reduction!r}")
+    check_data_dtype(op, "InputTensor", input.dtype, level)
+    # spec DML_SCATTER_ND.md "Tensor constraints": Input, Output and Updates share one DataType.
+    if updates.dtype != input.dtype:
+        raise ConstraintTypeError(
+            f"{op}: UpdatesTensor has dtype {updates.dtype} but InputTensor has {input.dtype}; "
+            f"they must have the same DataType"
+        )
+    check_index_dtype(op, "IndicesTensor", indices.dtype, level)
+    lay = gather_layout(op, input.shape, indices.shape, 0, input_dimension_count,
+                        indices_dimension_count, updates_name="UpdatesTensor")
+    if lay.dml_form and updates.dim() != input.dim():
+        raise ConstraintError(
+            f"{op}: in the DML form UpdatesTensor.DimensionCount must equal "
+            f"InputTensor.DimensionCount ({input.dim()}), got {updates.dim()}"
+        )
+    # spec DML_SCATTER_ND.md UpdatesTensor: Sizes = indices' leading segment + input's trailing
+    # segment (spec README 1: the segment after the indexed dimensions), right-aligned.
+    if tuple(updates.shape) != tuple(lay.out_shape):
+        raise ConstraintError(
+            f"{op}: UpdatesTensor must have sizes {tuple(lay.out_shape)} (IndicesTensor's leading "
+            f"{tuple(lay.natural_indices_shape[:-1])} + InputTensor's trailing "
+            f"{tuple(lay.slice_shape)}), got {tuple(updates.shape)}"
+        )
+    if level != PERMISSIVE:
+        if lay.dml_form:
+            check_dml_dimension_count(op, ("InputTensor", "IndicesTensor", "UpdatesTensor"),
+                                      (input.dim(), indices.dim(), updates.dim()), level, "3_0")
+        else:
+            check_natural_ranks(op, ("InputTensor", "IndicesTensor", "UpdatesTensor"),
+                                (input.dim(), indices.dim(), updates.dim()), level, "3_0")
+        if reduction != "none":
+            raise ConstraintError(
+                f"{op}: reduction={reduction!r} is an ONNX ScatterND-18 extension; "
+                f"DML_OPERATOR_SCATTER_ND only overwrites, so at {level_name(level)} the "
+                f"reduction must be 'none'"
+            )
+    return lay
+
+
+# ---------------------------------------------------------------------------------------------
+# top_k1
+# ---------------------------------------------------------------------------------------------
+
+_topk_memo = _Memo()
+
+
+def check_top_k1(input: torch.Tensor, k: int, axis: int, direction: str,
+                 index_dtype: torch.dtype, level: str) -> int:
+    """Every metadata rule of DML_TOP_K1 at ``level``; returns the axis, made non-negative."""
+    if not (type(k) is int and type(axis) is int and type(direction) is str
+            and type(index_dtype) is torch.dtype and type(level) is str
+            and isinstance(input, torch.Tensor)):        # else the detailed checks (~1 us)
+        check_arg_types("top_k1", ("tensor", "InputTensor", input), ("int", "k", k),
+                        ("int", "axis", axis), ("str", "direction", direction),
+                        ("dtype", "index_dtype", index_dtype), ("str", "feature_level", level))
+    key = (input.shape, input.dtype, k, axis, direction, index_dtype, level)
+    ax = _topk_memo.get(key)
+    if ax is None:
+        ax = _check_top_k1(input, k, axis, direction, index_dtype, level)
+        _topk_memo.put(key, ax)
+    return ax
+
+
+def _check_top_k1(input, k, axis, direction, index_dtype, level) -> int:
+    op = "top_k1"
+    check_level_argument(level)
+    if direction not in DIRECTIONS:
+        raise ValueError(f"{op}: direction (AxisDirection) must be 'decreasing' or 'increasing', "
+                         f"got {direction!r}")
+    check_data_dtype(op, "InputTensor", input.dtype, level)
+    if index_dtype not in TOPK_INDEX_DTYPES:
+        raise ConstraintTypeError(
+            f"{op}: index_dtype (OutputIndexTensor) must be one of "
+            f"{type_list(TOPK_INDEX_DTYPES)}, got {index_dtype}")
+    r = input.dim()
+    if r < 1:
+        raise ConstraintError(f"{op}: InputTensor must have at least 1 dimension, got shape "
+                              f"{tuple(input.shape)}")
+    # spec DML_TOP_K1.md Axis: "must be less than the DimensionCount of the InputTensor"
+    # (negative axes count from the end, as in torch).
+    if not -r <= axis < r:
+        raise ConstraintIndexError(
+            f"{op}: Axis {axis} is out of range for InputTensor with {r} dimensions "
+            f"(expected in [{-r}, {r - 1}])")
+    ax = axis % r
+    n = input.shape[ax]
+    # spec DML_TOP_K1.md K: greater than 0; spec README 4: K equal to the size is allowed.
+    if not 1 <= k <= n:
+        raise ConstraintError(
+            f"{op}: K must be in [1, {n}] (InputTensor size along Axis {ax}), got {k}")
+    # Every index along the axis must be representable in the OutputIndexTensor's type.
+    top = INDEX_LIMITS[index_dtype]
+    if n - 1 > top:
+        raise ConstraintError(
+            f"{op}: InputTensor has size {n} along Axis {ax}, but OutputIndexTensor's type "
+            f"{index_dtype} holds indices up to {top}; use index_dtype=torch.int64 for an axis "
+            f"longer than {top + 1}")
+    if level != PERMISSIVE:
+        check_natural_ranks(op, ("InputTensor",), (r,), level, "3_1")
+        if index_dtype != torch.uint32:
+            raise ConstraintTypeError(
+                f"{op}: OutputIndexTensor is UINT32 in DirectML, but index_dtype is "
+                f"{index_dtype} at {level_name(level)}; pass index_dtype=torch.uint32")
+    return ax

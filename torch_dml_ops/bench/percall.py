@@ -1,0 +1,127 @@
+"""Per-call cost of small calls against torch's closest builtins, measured the same way.
+
+``python -m torch_dml_ops.bench.percall [--threads 1] [--rounds 15] [--no-compile]``
+
+Each row times one way of making a small call (eagerly, through ``torch.ops``, inside a
+``torch.compile``d function, with an input that requires grad) for our op and for torch's
+builtin, in one process: blocks of calls, interleaved, medians of the blocks; the table gives
+the ratio to the builtin measured the same way.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Callable, Dict, List, Tuple
+
+import torch
+
+import torch_dml_ops as tdo
+
+OPS = torch.ops.torch_dml_ops
+
+
+def _block(fn: Callable[[], object], number: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - t0) / number
+
+
+def time_interleaved(fns: Dict[str, Callable[[], object]], rounds: int,
+                     block_s: float = 0.02) -> Dict[str, float]:
+    """Median seconds per call of each function: calibrated blocks, interleaved, rotated."""
+    number = {}
+    for name, fn in fns.items():
+        for _ in range(200):
+            fn()
+        n = 16
+        while _block(fn, n) * n < block_s / 4:
+            n *= 4
+        number[name] = max(1, round(n * block_s / (_block(fn, n) * n)))
+    samples: Dict[str, List[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(_block(fns[name], number[name]))
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def cases(compile_: bool) -> List[Tuple[str, Dict[str, Callable[[], object]], List[Tuple[str, str]]]]:
+    """(title, {label: fn}, [(ours, builtin)] pairs to report)."""
+    out = []
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 64, generator=g)
+    idx = torch.randint(0, 64, (128,), generator=g)
+    idx2 = idx.unsqueeze(1)
+    fns = {
+        "tdo.gather_nd": lambda: tdo.gather_nd(x, idx2),
+        "torch.ops gather_nd": lambda: OPS.gather_nd.default(x, idx2),
+        "index_select": lambda: torch.index_select(x, 0, idx),
+        "x[idx]": lambda: x[idx],
+        "torch.ops index_select": lambda: torch.ops.aten.index_select.default(x, 0, idx),
+    }
+    pairs = [("tdo.gather_nd", "index_select"), ("torch.ops gather_nd", "torch.ops index_select")]
+    if compile_:
+        cg = torch.compile(lambda a, i: tdo.gather_nd(a, i), fullgraph=True)
+        cb = torch.compile(lambda a, i: torch.index_select(a, 0, i), fullgraph=True)
+        fns["compiled gather_nd"] = lambda: cg(x, idx2)
+        fns["compiled index_select"] = lambda: cb(x, idx)
+        pairs.append(("compiled gather_nd", "compiled index_select"))
+    out.append(("gather 128 rows from 64x64 float32", fns, pairs))
+
+    xg = x.clone().requires_grad_()
+    out.append(("the same, input requires grad (forward, recorded)", {
+        "tdo.gather_nd": lambda: tdo.gather_nd(xg, idx2),
+        "index_select": lambda: torch.index_select(xg, 0, idx),
+    }, [("tdo.gather_nd", "index_select")]))
+
+    cache = torch.randn(256, 128, generator=g)
+    row = torch.randn(1, 128, generator=g)
+    at = torch.tensor([[7]])
+    at1 = torch.tensor([7])
+    fns = {
+        "tdo.scatter_nd_": lambda: tdo.scatter_nd_(cache, at, row),
+        "torch.ops scatter_nd_": lambda: OPS.scatter_nd_.default(cache, at, row),
+        "index_copy_": lambda: cache.index_copy_(0, at1, row),
+        "torch.ops index_copy_": lambda: torch.ops.aten.index_copy_.default(cache, 0, at1, row),
+    }
+    pairs = [("tdo.scatter_nd_", "index_copy_"), ("torch.ops scatter_nd_", "torch.ops index_copy_")]
+    if compile_:
+        cs = torch.compile(lambda c, i, u: tdo.scatter_nd_(c, i, u), fullgraph=True)
+        cc = torch.compile(lambda c, i, u: c.index_copy_(0, i, u), fullgraph=True)
+        fns["compiled scatter_nd_"] = lambda: cs(cache, at, row)
+        fns["compiled index_copy_"] = lambda: cc(cache, at1, row)
+        pairs.append(("compiled scatter_nd_", "compiled index_copy_"))
+    out.append(("scatter_nd_ of one row into a 256x128 float32 cache", fns, pairs))
+
+    logits = torch.randn(1, 50257, generator=g)
+    out.append(("top-k 50 of 50257 (one row)", {
+        "tdo.top_k1": lambda: tdo.top_k1(logits, 50),
+        "torch.ops top_k1": lambda: OPS.top_k1.default(logits, 50),
+        "torch.topk": lambda: torch.topk(logits, 50),
+        "torch.ops topk": lambda: torch.ops.aten.topk.default(logits, 50),
+    }, [("tdo.top_k1", "torch.topk"), ("torch.ops top_k1", "torch.ops topk")]))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--no-compile", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} thread(s), backend {tdo.current_backend()}, "
+          f"medians of {args.rounds} interleaved blocks")
+    print(f"| call | ours (us) | builtin | builtin (us) | ratio |\n| --- | --- | --- | --- | --- |")
+    for title, fns, pairs in cases(not args.no_compile):
+        med = time_interleaved(fns, args.rounds)
+        for ours, builtin in pairs:
+            print(f"| {title}: {ours} | {med[ours] * 1e6:.2f} | {builtin} | "
+                  f"{med[builtin] * 1e6:.2f} | {med[ours] / med[builtin]:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

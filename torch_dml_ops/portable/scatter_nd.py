@@ -1,0 +1,257 @@
+"""scatter_nd on the portable path: check and linearize the tuples, copy, then one indexed write
+(``index_put_`` / ``index_reduce_``) of rows, with the duplicate policy of the op."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .._checks import check_out, check_scatter_nd, check_storages, resolved, written
+from .._forms import GatherLayout
+from .._tables import SIGNED_INDEX_DTYPES
+from ._common import (MOVE_AS, SIGN_BIT_64, as_movable, check_and_wrap_plan, flip_sign_bit, index_matrix,
+                      linear_rows, report_bad_index)
+
+_REDUCE_OP = {"mul": "prod", "max": "amax", "min": "amin"}
+# max/min compare values, so an unsigned type cannot be moved as its signed twin: widen instead.
+_WIDEN = {torch.uint16: torch.int32, torch.uint32: torch.int64}
+
+
+#: uint64 has no wider type: its order is int64's after flipping the sign bit (0 -> -2**63,
+#: 2**64 - 1 -> 2**63 - 1), an involution.
+
+def _arith_dtype(dtype: torch.dtype, reduction: str) -> torch.dtype:
+    """The dtype the scatter computes in: same bits where the reduction is bit-compatible."""
+    if dtype == torch.bool:
+        return torch.bool if reduction == "add" else torch.uint8   # add on bool is logical or
+    if reduction in ("max", "min") and dtype in _WIDEN:
+        return _WIDEN[dtype]
+    return MOVE_AS.get(dtype, dtype)
+
+
+_WIDE = ((16, torch.complex128), (8, torch.int64), (4, torch.int32), (2, torch.int16))
+
+
+def wide_rows(a: torch.Tensor, b: torch.Tensor):
+    """Views of two contiguous ``[n, S]`` tensors with the widest element (up to 16 bytes) that
+    tiles a row, for row copies: torch's index kernels move one element at a time, so 16-byte
+    elements copy a 256-byte row ~2x faster than float32.  Pure data movement: the bits of any
+    dtype are preserved (no arithmetic touches the wide elements)."""
+    row_bytes = a.shape[1] * a.element_size()
+    for w, dt in _WIDE:
+        if w <= a.element_size():
+            break
+        if (row_bytes % w == 0 and (a.storage_offset() * a.element_size()) % w == 0
+                and (b.storage_offset() * b.element_size()) % w == 0):
+            return a.view(dt), b.view(dt)
+    return a, b
+
+
+def scatter_overwrite_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Tensor,
+                           deterministic: Optional[bool] = None) -> None:
+    """``work[lin[t]] = upd[t]`` with duplicates resolved: the last tuple in index order wins.
+
+    A row is claimed by the highest ordinal that targets it (``scatter_reduce_`` amax, which is
+    order-independent), and only the claiming tuples write: rows never mix two updates.  Single
+    elements cannot mix, so outside deterministic mode an element scatter writes directly.
+    ``deterministic``: None reads torch's deterministic mode.
+    """
+    n = lin.numel()
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    if work.shape[1] == 1 and not deterministic:
+        work.index_copy_(0, lin, upd)
+        return
+    ord_dtype = torch.int32 if n < 2**31 else torch.int64
+    claim = torch.full((work.shape[0],), -1, dtype=ord_dtype, device=work.device)
+    pos = torch.arange(n, dtype=ord_dtype, device=work.device)
+    claim.scatter_reduce_(0, lin, pos, "amax")
+    keep = claim.index_select(0, lin) == pos
+    work, upd = wide_rows(work, upd.contiguous())
+    if bool(keep.all()):
+        work.index_copy_(0, lin, upd)
+    else:
+        sel = keep.nonzero().squeeze(1)
+        work.index_copy_(0, lin.index_select(0, sel), upd.index_select(0, sel))
+
+
+#: Below this many updated elements one index_put_ call scatters: it wraps negative indices and
+#: range-checks in C++, and torch runs it in one thread under its parallel grain size (32768),
+#: in index order, so duplicates resolve to the last one and rows never mix.
+SMALL_SCATTER = 16384
+
+
+def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
+                     lay: GatherLayout, reduction: str,
+                     source: Optional[torch.Tensor] = None, fresh: bool = False,
+                     op: str = "scatter_nd",
+                     deterministic: Optional[bool] = None) -> torch.Tensor:
+    """Scatter ``updates`` into ``dst`` in place; ``source`` (the input) is first copied into
+    ``dst`` when given, else ``dst`` already holds it (the in-place variant).
+
+    Every index is range-checked before anything is written, so a failing call leaves ``dst``
+    as it was (it may be the caller's tensor: the in-place variant and ``out=``); a ``fresh``
+    ``dst`` (a new tensor nobody else sees) may be written before the check completes.
+    ``op`` names the caller in errors (``scatter_nd_`` for the in-place variant);
+    ``deterministic`` (None: torch's deterministic mode) makes "none" keep exactly the last
+    duplicate in index order.
+    """
+    k, sizes, n_tuples = lay.k, lay.index_sizes, lay.n_tuples
+    if n_tuples == 0:
+        return dst if source is None else dst.copy_(source)
+    signed = indices.dtype in SIGNED_INDEX_DTYPES
+    idx2 = index_matrix(indices, n_tuples, k, small=False)
+    if 0 in sizes:
+        report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
+    rows, slice_len = lay.rows, lay.slice_len      # no batch dims in a scatter: rows = prod(sizes)
+    small = (n_tuples * slice_len <= SMALL_SCATTER and reduction in ("none", "add")
+             and dst.dtype != torch.bool)
+    if small:
+        if fresh and slice_len != 0:   # index_put_ checks each dimension (unless nothing moves)
+            if not signed and bool((idx2 < 0).any()):     # uint64 >= 2**63
+                report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
+        else:
+            check_and_wrap_plan(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
+        if source is not None:
+            dst.copy_(source)
+        if slice_len == 0:
+            return dst
+        target = as_movable(dst)
+        upd = as_movable(updates)
+        if lay.dml_form:
+            target = target.reshape(lay.natural_input_shape)        # a view: drops padding
+        if lay.dml_form or indices.dim() != 2:
+            upd = upd.reshape((n_tuples,) + tuple(lay.slice_shape))
+        try:
+            target.index_put_(idx2.unbind(1), upd, accumulate=reduction == "add")
+        except IndexError:
+            report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
+            raise
+        return dst
+    names = lay.dim_names(dst.dim())
+    wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, names)
+    if source is not None:
+        dst.copy_(source)
+    if rows * slice_len == 0 or slice_len == 0:
+        return dst
+    lin = linear_rows(idx2, sizes, wrap, 1, n_tuples)
+    if lin.dtype != torch.int64:
+        lin = lin.long()
+    adt = _arith_dtype(dst.dtype, reduction)
+    same_bits = adt.itemsize == dst.dtype.itemsize and adt != torch.bool or adt == dst.dtype
+    # uint64 max/min: int64 arithmetic on sign-flipped copies (torch has no uint64 reductions)
+    flipped = dst.dtype == torch.uint64 and reduction in ("max", "min")
+    in_place = same_bits and dst.is_contiguous() and not flipped
+    if in_place:
+        work = dst.view(adt)
+    elif flipped:
+        work = flip_sign_bit(dst).contiguous()
+    else:
+        work = (dst.view(adt) if same_bits else dst.to(adt)).contiguous()
+    work2d = work.view(rows, slice_len)
+    upd = updates.reshape(n_tuples, slice_len)
+    if flipped:
+        upd = flip_sign_bit(upd)
+    else:
+        upd = upd.view(adt) if same_bits and adt != upd.dtype else upd.to(adt)
+    if reduction == "none":
+        scatter_overwrite_rows(work2d, lin, upd, deterministic)
+    elif reduction == "add":
+        work2d.index_add_(0, lin, upd)
+    else:
+        work2d.scatter_reduce_(0, lin.unsqueeze(1).expand(n_tuples, slice_len), upd,
+                               _REDUCE_OP[reduction], include_self=True)
+    if flipped:
+        work.bitwise_xor_(SIGN_BIT_64)
+    if not in_place:
+        (dst.view(adt) if same_bits else dst).copy_(work.view(dst.shape))
+    return dst
+
+
+# ---------------------------------------------------------------------------------------------
+# The op kernels (the schema's arguments): validate, then compute.  Shared with the Triton
+# backend, which passes its own ``compute``.
+# ---------------------------------------------------------------------------------------------
+
+def _deterministic(flag: bool) -> bool:
+    return flag or torch.are_deterministic_algorithms_enabled()
+
+
+def _check_storages(op, input, indices, updates, out=None):
+    check_storages(op, ("InputTensor", input), ("IndicesTensor", indices),
+                   ("UpdatesTensor", updates), ("OutputTensor (out)", out))
+
+
+def make_kernels(compute) -> dict:
+    """``scatter_nd``, ``scatter_nd_out`` and ``scatter_nd_`` kernels around
+    ``compute(op, dst, source, indices, updates, lay, reduction, check, deterministic, fresh)``,
+    which checks every index, copies ``source`` into ``dst`` (unless None: ``dst`` already holds
+    the input), then scatters, in that order, so a failing call writes nothing the caller owns
+    (a ``fresh`` ``dst`` is a new tensor nobody else sees).
+
+    The kernels check what every backend needs (the metadata rules, storage bounds, the out= or
+    in-place target), resolve negative-bit views (a negative-bit target is written through its
+    negation by ``copy_`` from a fresh result), and bump the version counter of what they write.
+    ``deterministic``: the op's argument or torch's deterministic mode."""
+
+    def fresh_result(input, indices, updates, lay, reduction, check, det):
+        out = input.clone(memory_format=torch.contiguous_format)
+        compute("scatter_nd", out, None, indices, updates, lay, reduction, check, det, True)
+        return out
+
+    def write(op, target, source, indices, updates, lay, reduction, check, det):
+        indices, updates = resolved(indices), resolved(updates)
+        if target.is_neg():
+            base = resolved(source if source is not None else target)
+            target.copy_(fresh_result(base, indices, updates, lay, reduction, check, det))
+            return
+        compute(op, target, None if source is None else resolved(source), indices, updates,
+                lay, reduction, check, det, False)
+        written(target)
+
+    def scatter_nd(input, indices, updates, reduction="none", input_dimension_count=None,
+                   indices_dimension_count=None, feature_level="permissive", check_indices=True,
+                   deterministic=False):
+        lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                               indices_dimension_count, feature_level, check_indices,
+                               deterministic)
+        _check_storages("scatter_nd", input, indices, updates)
+        return fresh_result(resolved(input), resolved(indices), resolved(updates), lay,
+                            reduction, check_indices, _deterministic(deterministic))
+
+    def scatter_nd_out(input, indices, updates, reduction="none", input_dimension_count=None,
+                       indices_dimension_count=None, feature_level="permissive",
+                       check_indices=True, deterministic=False, *, out):
+        lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                               indices_dimension_count, feature_level, check_indices,
+                               deterministic)
+        check_out("scatter_nd", out, input.shape, input.dtype, input.device,
+                  (("InputTensor", input), ("IndicesTensor", indices),
+                   ("UpdatesTensor", updates)))
+        _check_storages("scatter_nd", input, indices, updates, out)
+        write("scatter_nd", out, input, indices, updates, lay, reduction, check_indices,
+              _deterministic(deterministic))
+
+    def scatter_nd_(input, indices, updates, reduction="none", input_dimension_count=None,
+                    indices_dimension_count=None, feature_level="permissive",
+                    check_indices=True, deterministic=False):
+        lay = check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                               indices_dimension_count, feature_level, check_indices,
+                               deterministic, op="scatter_nd_")
+        check_out("scatter_nd_", input, input.shape, input.dtype, input.device,
+                  (("IndicesTensor", indices), ("UpdatesTensor", updates)),
+                  name="InputTensor (the in-place target)")
+        _check_storages("scatter_nd_", input, indices, updates)
+        write("scatter_nd_", input, None, indices, updates, lay, reduction, check_indices,
+              _deterministic(deterministic))
+
+    return {"scatter_nd": scatter_nd, "scatter_nd_out": scatter_nd_out,
+            "scatter_nd_": scatter_nd_}
+
+
+def _compute(op, dst, source, indices, updates, lay, reduction, check, deterministic, fresh):
+    scatter_nd_torch(dst, indices, updates, lay, reduction, source, fresh, op=op,
+                     deterministic=deterministic)
+
+
+KERNELS = make_kernels(_compute)
