@@ -41,6 +41,9 @@ class Provider:
     #: A context manager factory entered around every block of calls (never inside a timed
     #: call), e.g. ``lambda: torch_dml_ops.backend("torch")``.
     context: Optional[Callable[[], object]] = None
+    #: Seconds to wait after each of its timed blocks (not timed): a provider that leaves busy
+    #: threads behind (onnxruntime's spinning workers) must not slow the next one's block.
+    pause_after: float = 0.0
 
     def entered(self):
         return self.context() if self.context is not None else contextlib.nullcontext()
@@ -244,6 +247,8 @@ def run_case(case: Case, settings: Settings, seed: int = 0, bandwidth: Optional[
             for p in order:
                 with p.entered():
                     samples[p.name].append(_time_block(p.fn, inputs, number[p.name]))
+                if p.pause_after:
+                    time.sleep(p.pause_after)
     finally:
         if gc_was_enabled:
             gc.enable()

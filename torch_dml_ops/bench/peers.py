@@ -6,7 +6,7 @@ inputs converted once to their own array type (outside the timing).  Results are
 to torch tensors only for the agreement check.
 
 * onnxruntime: one-node ONNX models (opset 18) on the CPU execution provider, ``session.run``,
-  with thread spinning off (see ``OnnxRuntime._session``);
+  with thread spinning off and, as "(spinning)", on (its default; see ``OnnxRuntime._session``);
 * TensorFlow: ``tf.gather_nd``, ``tf.tensor_scatter_nd_update``, ``tf.math.top_k`` in
   ``tf.function`` (graph mode, no XLA);
 * JAX: ``jax.jit`` of ``x[i0, i1, ...]``, ``x.at[i0, ...].set(u)``, ``jax.lax.top_k`` (XLA), with
@@ -64,8 +64,8 @@ class OnnxRuntime(Peer):
         self._threads = threads
         self._sessions: Dict[Tuple, object] = {}
 
-    def _session(self, key, node, inputs, outputs, arena: bool = True):
-        key = key + (arena,)
+    def _session(self, key, node, inputs, outputs, arena: bool = True, spinning: bool = False):
+        key = key + (arena, spinning)
         if key not in self._sessions:
             h = self._helper
             graph = h.make_graph([node], "bench", inputs, outputs)
@@ -76,9 +76,11 @@ class OnnxRuntime(Peer):
             so.inter_op_num_threads = 1
             so.log_severity_level = 3
             # onnxruntime's idle workers spin for tens of ms after each run by default, which
-            # slows whatever runs next in the process by up to 1.8x (measured on top_k); without
-            # spinning onnxruntime itself is ~4% slower here.  Off, so no provider is penalised.
-            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            # makes batched calls faster and slows whatever runs next in the process (up to 1.8x
+            # measured on top_k).  Both are timed: the spinning session in its own blocks with a
+            # pause after each (Provider.pause_after), and the tables rank us against the better.
+            so.add_session_config_entry("session.intra_op.allow_spinning",
+                                        "1" if spinning else "0")
             # The arena (default) keeps freed buffers and hands them out again: an output of the
             # same size is then never faulted in anew, which a torch op's fresh output is.
             so.enable_cpu_mem_arena = arena
@@ -95,11 +97,14 @@ class OnnxRuntime(Peer):
             # spec["no_arena"]: also a session without the memory arena (outputs in fresh memory,
             # like every torch op's), to show what the arena's reuse of output buffers is worth.
             out = []
-            for arena in (True, False) if spec.get("no_arena") else (True,):
+            variants = [(True, False), (True, True)]
+            if spec.get("no_arena"):
+                variants.append((False, False))
+            for arena, spinning in variants:
                 if op == "gather_nd":
                     s = self._session(("gather",), h.make_node("GatherND", ["x", "i"], ["y"]),
                                       [self._vi("x", T.FLOAT), self._vi("i", T.INT64)],
-                                      [self._vi("y", T.FLOAT)], arena)
+                                      [self._vi("y", T.FLOAT)], arena, spinning)
                     fn = (lambda d, s=s:  # noqa: E731
                           s.run(None, {"x": _np(d, "x"), "i": _np(d, "idx")})[0])
                     name = "onnxruntime GatherND"
@@ -107,29 +112,52 @@ class OnnxRuntime(Peer):
                     s = self._session(("scatter",),
                                       h.make_node("ScatterND", ["x", "i", "u"], ["y"]),
                                       [self._vi("x", T.FLOAT), self._vi("i", T.INT64),
-                                       self._vi("u", T.FLOAT)], [self._vi("y", T.FLOAT)], arena)
+                                       self._vi("u", T.FLOAT)], [self._vi("y", T.FLOAT)], arena,
+                                      spinning)
                     fn = (lambda d, s=s:  # noqa: E731
                           s.run(None, {"x": _np(d, "x"), "i": _np(d, "idx"),
                                        "u": _np(d, "upd")})[0])
                     name = "onnxruntime ScatterND"
-                out.append(Provider(name if arena else f"{name} (no arena)", fn, kind="peer",
+                label = name if arena else f"{name} (no arena)"
+                out.append(Provider(label + (" (spinning)" if spinning else ""), fn, kind="peer",
                                     library=self.name, to_torch=_from_np,
-                                    note="" if arena else "enable_cpu_mem_arena=False"))
+                                    note=_ort_note(arena, spinning),
+                                    pause_after=SPIN_PAUSE_S if spinning else 0.0))
             return out
         if op == "top_k1":
             largest = int(bool(spec["largest"]))
-            s = self._session(("topk", largest),
-                              h.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1,
-                                          largest=largest, sorted=1),
-                              [self._vi("x", T.FLOAT), self._vi("k", T.INT64, [1])],
-                              [self._vi("v", T.FLOAT), self._vi("i", T.INT64)])
+            out = []
+            for spinning in (False, True):
+                s = self._session(("topk", largest),
+                                  h.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1,
+                                              largest=largest, sorted=1),
+                                  [self._vi("x", T.FLOAT), self._vi("k", T.INT64, [1])],
+                                  [self._vi("v", T.FLOAT), self._vi("i", T.INT64)],
+                                  spinning=spinning)
 
-            def fn(d):
-                k = d.setdefault("_ort_k", np.array([d["k"]], dtype=np.int64))
-                return s.run(None, {"x": _np(d, "x"), "k": k})
-            return [Provider("onnxruntime TopK", fn, kind="peer", library=self.name,
-                             to_torch=_pair)]
+                def fn(d, s=s):
+                    k = d.setdefault("_ort_k", np.array([d["k"]], dtype=np.int64))
+                    return s.run(None, {"x": _np(d, "x"), "k": k})
+                out.append(Provider("onnxruntime TopK" + (" (spinning)" if spinning else ""), fn,
+                                    kind="peer", library=self.name, to_torch=_pair,
+                                    note=_ort_note(True, spinning),
+                                    pause_after=SPIN_PAUSE_S if spinning else 0.0))
+            return out
         return []
+
+
+#: After each timed block of a spinning onnxruntime session: its workers spin for tens of ms
+#: after a run and would slow the next provider's block.
+SPIN_PAUSE_S = 0.1
+
+
+def _ort_note(arena: bool, spinning: bool) -> str:
+    notes = []
+    if not arena:
+        notes.append("enable_cpu_mem_arena=False")
+    if spinning:
+        notes.append("allow_spinning=1 (onnxruntime's default), own blocks, 100 ms pause after")
+    return "; ".join(notes)
 
 
 class TensorFlow(Peer):

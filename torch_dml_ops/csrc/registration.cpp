@@ -10,10 +10,7 @@ namespace {
 
 // The library's tables and constants, compared with the Python ones at import
 // (torch_dml_ops/_tables.py).
-std::string tables(int64_t abi) {
-  (void)abi;
-  return tdo::tables();
-}
+std::string tables() { return tdo::tables(); }
 
 }  // namespace
 
@@ -41,7 +38,7 @@ STABLE_TORCH_LIBRARY(torch_dml_ops, m) {
   m.def("top_k1(Tensor input, int k, int axis=-1, str direction='decreasing', "
         "ScalarType? index_dtype=None, str feature_level='permissive') -> "
         "(Tensor values, Tensor indices)");
-  m.def("_tables(int abi=0) -> str");
+  m.def("_tables() -> str");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(torch_dml_ops, CompositeExplicitAutograd, m) {
