@@ -412,7 +412,7 @@ GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape
   lay.batch = prod(ni, 0, batch_dims);
   lay.index_sizes = Shape(ni.begin() + batch_dims, ni.begin() + batch_dims + k);
   lay.slice_len = prod(ni, batch_dims + k);
-  lay.n_tuples = prod(nx, 0, nx.size() - 1);
+  lay.n_tuples = prod(lay.natural_out_shape, 0, nx.size() - 1);  // indices.shape[:-1]
   lay.rows = lay.batch * prod(lay.index_sizes);
   lay.per_batch = lay.batch ? lay.n_tuples / lay.batch : 0;
   return lay;

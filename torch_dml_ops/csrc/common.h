@@ -86,8 +86,45 @@ std::string py_tuple(const Seq& xs) {
   return ss.str();
 }
 
+// Python's repr() of a str: the quote Python picks; backslash escapes of that quote, backslash,
+// newline, return and tab; other ASCII controls and the non-printable Latin-1 code points
+// (U+0080..U+00A0, U+00AD) as \xNN.  Other non-ASCII characters are kept (Python escapes a few
+// more).
 inline std::string py_repr(std::string_view s) {
-  return cat('\'', std::string(s), '\'');
+  const bool single = s.find('\'') != std::string_view::npos;
+  const bool dbl = s.find('"') != std::string_view::npos;
+  const char q = single && !dbl ? '"' : '\'';
+  static const char* hex = "0123456789abcdef";
+  std::string out(1, q);
+  for (size_t i = 0; i < s.size(); i++) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    unsigned code = c;
+    if (c == 0xC2 && i + 1 < s.size()) {  // UTF-8 of U+0080..U+00BF
+      unsigned char d = static_cast<unsigned char>(s[i + 1]);
+      if ((d >= 0x80 && d <= 0xA0) || d == 0xAD) {
+        code = d;
+        i++;
+      }
+    }
+    if (code == static_cast<unsigned char>(q) || code == '\\') {
+      out += '\\';
+      out += static_cast<char>(code);
+    } else if (code == '\n') {
+      out += "\\n";
+    } else if (code == '\r') {
+      out += "\\r";
+    } else if (code == '\t') {
+      out += "\\t";
+    } else if (code < 0x20 || code == 0x7F || code != c) {
+      out += "\\x";
+      out += hex[code >> 4];
+      out += hex[code & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += q;
+  return out;
 }
 
 inline Shape shape_of(const Tensor& t) {
