@@ -41,12 +41,14 @@ def forward_ad_active() -> bool:
 
 
 def derivative_needed(tensors: Sequence) -> bool:
-    """Whether a call on ``tensors`` must be recorded by autograd (either mode) or torch.func."""
+    """Whether a call on ``tensors`` (the op's tensor arguments) must be recorded by autograd
+    (either mode) or torch.func.  Runs on every call: ~0.3 us (``_C._any_requires_grad`` takes
+    1.2 us)."""
     if _C._are_functorch_transforms_active() or forward_ad_active():
         return True
     if _C.is_grad_enabled():
         for t in tensors:
-            if isinstance(t, torch.Tensor) and t.requires_grad:
+            if t.requires_grad:
                 return True
     return False
 
@@ -116,7 +118,7 @@ class Differentiable:
         In plain eager mode without a derivative it goes straight to the backend kernel the
         dispatcher would pick (the same registered kernel, below the Autograd key): the Python
         Autograd kernel costs more than a small call itself (measured in the README)."""
-        if derivative_needed(args):
+        if derivative_needed(args[:self.n_tensors]):
             if not torch.compiler.is_compiling():
                 if self.prepare is not None:
                     args = self.prepare(args)
@@ -151,7 +153,7 @@ class Differentiable:
             return dispatch_functorch(custom_function_call, (self.function,) + _wrap(args), {})
 
     def _kernel(self, keyset, *args, **kwargs):
-        if derivative_needed(args):
+        if derivative_needed(args[:self.n_tensors]):
             args, kwargs = fill_defaults(self._schema, args, kwargs)
             if self.prepare is not None:
                 args = self.prepare(args)

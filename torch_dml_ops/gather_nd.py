@@ -210,7 +210,8 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
     """
     level = _state.level
     batch_dims = as_int("gather_nd", "batch_dims", batch_dims)
-    check_tensors("gather_nd", input, indices, out=out)
+    if out is not None:
+        check_tensors("gather_nd", input, indices, out=out)
     # The documented exceptions (ConstraintTypeError is a TypeError, which a C++ kernel cannot
     # raise); the kernels check again (memoized here, cheap in C++).
     check_gather_nd(input, indices, batch_dims, input_dimension_count, indices_dimension_count,

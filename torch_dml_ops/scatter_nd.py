@@ -333,7 +333,8 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         tensor([ 1., 11.,  3., 10.,  9.,  6.,  7., 12.])
     """
     level = _state.level
-    check_tensors("scatter_nd", input, indices, updates, out=out)
+    if out is not None:
+        check_tensors("scatter_nd", input, indices, updates, out=out)
     # The documented exceptions first (see gather_nd); the kernels check again.
     check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                      indices_dimension_count, level, check_indices, False)
@@ -358,7 +359,6 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
     leaves ``input`` unmodified.
     """
     level = _state.level
-    check_tensors("scatter_nd_", input, indices, updates)
     check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                      indices_dimension_count, level, check_indices, False, op="scatter_nd_")
     args = (input, indices, updates, reduction, input_dimension_count, indices_dimension_count,
