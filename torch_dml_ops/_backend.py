@@ -169,9 +169,15 @@ def current_backend() -> str:
 
 
 def register_defaults() -> None:
-    """The ``auto`` kernels (the C++ CPU kernels register themselves)."""
+    """The ``auto`` kernels (the C++ CPU kernels register themselves).
+
+    Every kernel resolves negative-bit views itself (and a conjugate bit cannot occur: complex
+    dtypes are refused), so the dispatcher's Negative and Conjugate keys fall through: torch's
+    generic fallback for them cannot handle an op that returns nothing (``out=``, in place)."""
     for op, fn in portable_kernels().items():
         lib.impl(op, fn, "CompositeExplicitAutograd")
+        for key in ("Negative", "Conjugate"):
+            lib.impl(op, torch.library.fallthrough_kernel, key)
     for op, (fn, with_keyset) in _table("auto")["CUDA"].items():
         lib.impl(op, fn, "CUDA", with_keyset=with_keyset)
     if extension_loaded():

@@ -267,19 +267,28 @@ void check_storage(const char* op, const char* role, const Tensor& t) {
 
 bool is_neg(const Tensor& t) { return call_bool("aten::is_neg", t); }
 
-void bump_version(const Tensor& t) {
-  std::array<StableIValue, 4> stack{
-      torch::stable::detail::from(t), torch::stable::detail::from(std::vector<int64_t>{0}),
-      torch::stable::detail::from(std::vector<int64_t>{1}),
-      torch::stable::detail::from(std::optional<int64_t>(t.storage_offset()))};
-  STABLE_TORCH_ERROR_CODE_CHECK(
-      torch_call_dispatcher("aten::as_strided", "", stack.data(), TORCH_ABI_VERSION));
-  Tensor empty_view = torch::stable::detail::to<Tensor>(stack[0]);
-  torch::stable::zero_(empty_view);
+bool try_mark_written(const Tensor& t) {
+  std::array<StableIValue, 2> stack{torch::stable::detail::from(t), torch::stable::detail::from(t)};
+  if (torch_call_dispatcher("aten::set_", "source_Tensor", stack.data(), TORCH_ABI_VERSION) !=
+      AOTI_TORCH_SUCCESS)
+    return false;
+  (void)torch::stable::detail::to<Tensor>(stack[0]);  // releases the returned handle
+  return true;
 }
 
+void mark_written(const char* op, const char* name, const Tensor& t) {
+  if (try_mark_written(t)) return;
+  if (call_bool("aten::is_inference", t))
+    runtime_error(op, ": ", name, " is an inference tensor; Inplace update to inference tensor "
+                  "outside InferenceMode is not allowed");
+  runtime_error(op, ": ", name, " cannot be written in place (torch refused to record the write "
+                "on its version counter)");
+}
+
+// t with its negative bit materialized (t itself when the bit is clear): one dispatcher call.
+// (aten::is_neg, answered through torch's Negative fallback, reads false for an inference
+// tensor, which has no Autograd key.)
 Tensor resolved(const Tensor& t) {
-  if (!is_neg(t)) return t;
   std::array<StableIValue, 1> stack{torch::stable::detail::from(t)};
   STABLE_TORCH_ERROR_CODE_CHECK(
       torch_call_dispatcher("aten::resolve_neg", "", stack.data(), TORCH_ABI_VERSION));
@@ -413,7 +422,7 @@ GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape
   lay.index_sizes = Shape(ni.begin() + batch_dims, ni.begin() + batch_dims + k);
   lay.slice_len = prod(ni, batch_dims + k);
   lay.n_tuples = prod(lay.natural_out_shape, 0, nx.size() - 1);  // indices.shape[:-1]
-  lay.rows = lay.batch * prod(lay.index_sizes);
+  lay.rows = prod(ni, 0, batch_dims + k);  // batch * prod(index_sizes)
   lay.per_batch = lay.batch ? lay.n_tuples / lay.batch : 0;
   return lay;
 }

@@ -53,11 +53,14 @@ void check_out(const char* op, const Tensor& out, const Shape& shape, ScalarType
                const std::vector<Named>& inputs, const char* name = "OutputTensor (out)");
 // The negative bit of a written tensor: the kernels write raw memory.
 bool is_neg(const Tensor& t);
-// Bump the version counter of a tensor written through its data pointer, as torch's in-place
-// and out= ops do (autograd detects stale saved tensors by it): a zero_ of an empty view of t,
-// which shares t's counter and goes through torch's own ADInplaceOrView kernel (so inference
-// tensors, which have no counter, are left alone, exactly as torch does).
-void bump_version(const Tensor& t);
+// Record a write into t (the caller's out= or in-place target) on its version counter, before
+// the first write, as torch's in-place and out= ops do (autograd detects stale saved tensors by
+// it): t.set_(t), a no-op on t's metadata, through torch's own ADInplaceOrView kernel.  False
+// when torch refuses: an inference tensor outside inference mode.
+bool try_mark_written(const Tensor& t);
+// try_mark_written, and where torch refuses, the Python layer's error for an inference tensor
+// outside inference mode (`name` is the target's role); nothing has been written then.
+void mark_written(const char* op, const char* name, const Tensor& t);
 
 // ------------------------------------------------------------------------------------------
 // gather_nd / scatter_nd layout (torch_dml_ops/_forms.py)

@@ -650,12 +650,12 @@ int64_t check_args(const Tensor& input, int64_t k, int64_t axis, const std::stri
 
 // The stable top-k of `input` along `axis`: (values, indices), contiguous, input's shape with k
 // along the axis; index_dtype None means int64.
-std::tuple<Tensor, Tensor> top_k1(Tensor input, int64_t k, int64_t axis, std::string direction,
+std::tuple<Tensor, Tensor> top_k1(Tensor input, int64_t k, int64_t axis, StrArg direction,
                                   std::optional<ScalarType> index_dtype,
-                                  std::string feature_level) {
+                                  StrArg feature_level) {
   constexpr const char* op = "top_k1";
   const ScalarType idt = index_dtype.value_or(ScalarType::Long);
-  const int64_t ax = check_args(input, k, axis, direction, idt, feature_level);
+  const int64_t ax = check_args(input, k, axis, direction.value, idt, feature_level.value);
   check_cpu_strided(op, {{"InputTensor", &input}});
   check_storage(op, "InputTensor", input);
   Tensor x = resolved(input);
@@ -672,7 +672,7 @@ std::tuple<Tensor, Tensor> top_k1(Tensor input, int64_t k, int64_t axis, std::st
   // axis moved last (torch's transposing copy beats strided reads along the axis).
   if (inner != 1 || !x.is_contiguous()) x = torch::stable::contiguous(movedim(x, ax, -1));
   const int64_t rows = x.numel() / n;
-  const bool largest = direction == "decreasing";
+  const bool largest = direction.value == "decreasing";
   if (x.element_size() == 8 || n >= kNarrowRowLimit)
     run_top_k1<uint64_t>(x, rows, n, inner, k, largest, key64_for(dtype), values,
                          indices, idt);

@@ -1,0 +1,765 @@
+// scatter_nd's CPU kernels: torch_dml_ops::scatter_nd, scatter_nd_out and scatter_nd_ (schemas in
+// registration.cpp), on torch's stable ABI.
+//
+// Two passes.  The rows pass reads every index tuple, wraps (signed index dtypes) and range-checks
+// each coordinate and keeps the tuple's row number (the input viewed as [rows, slice]).  The apply
+// pass partitions the DESTINATION rows among threads; each thread scans all tuples in index order
+// and applies those landing in its rows, so every row is written by one thread, in index order:
+// the last duplicate wins ("none", whatever the deterministic flag says), rows never mix, the
+// reductions accumulate in index order, and the result does not depend on the thread count.
+//
+// Arithmetic is the portable path's (torch's CPU kernels) bit for bit: integers wrap around,
+// max/min are scatter_reduce_'s amax/amin with include_self (a NaN update wins, a NaN already
+// there stays, ties keep what is there; unsigned types compare unsigned), bool add/max are
+// logical or and mul/min logical and.  float16 / bfloat16 round where torch rounds on that path:
+// after every add for a small "add" (its index_put_), and once per element after accumulating in
+// float, in index order, for a large "add" (index_add_) and for "mul" (scatter_reduce_ "prod");
+// max/min compare in float and keep the winner's bits.
+//
+// Targets: a contiguous out= or in-place target is written directly; a strided one receives a
+// contiguous result through copy_ (which writes through its strides), as does one with the
+// negative bit set (copy_ writes through the negation); negative-bit inputs are materialized
+// first (resolved).  Every written target has its version counter bumped (mark_written).
+//
+// Memory safety: before anything is read, every call checks every metadata rule of the Python
+// layer (torch_dml_ops/_checks.py, same order and messages: CPU strided tensors, feature level,
+// reduction, dtypes, layout, the updates' shape), that each tensor's storage holds what it
+// addresses (check_storage) and the out= or in-place target (check_out: shape, dtype, no overlap).
+// The kernels then read contiguous tensors only (indices [n_tuples, k], updates
+// [n_tuples, slice]); a row number is formed only from coordinates wrap_check has put inside their
+// dimension, so every write lies in the destination's [rows, slice].  The rows pass checks every
+// tuple before the first write to anything the caller owns, so a failing call modifies nothing.
+#include "checks.h"
+
+#include <array>
+#include <cmath>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace tdo {
+namespace {
+
+constexpr const char* kOp = "scatter_nd";
+constexpr const char* kInplaceOp = "scatter_nd_";
+constexpr const char* kOutName = "OutputTensor (out)";
+constexpr const char* kTargetName = "InputTensor (the in-place target)";
+// Minimum work per thread (about one tuple plus one 64-byte line of slice each): smaller calls
+// run on the calling thread alone.
+constexpr int64_t kGrain = int64_t(1) << 15;
+// How far ahead (in tuples) destination rows are prefetched for small slices.
+constexpr int kBlock = 32;
+// The portable path's SMALL_SCATTER (torch_dml_ops/portable/scatter_nd.py): up to this many
+// updated elements an "add" goes through index_put_ (float16 / bfloat16 rounded after every
+// add), beyond it through index_add_ (summed in float, rounded once).
+constexpr int64_t kSmallScatter = 16384;
+// Up to this many tuples, the row numbers live on the stack (no heap allocation on a small call).
+constexpr int64_t kStackRows = 256;
+// Up to this many dimensions, shapes live on the stack.
+constexpr size_t kInlineDims = 16;
+
+// REDUCTIONS of the Python layer, in its order.
+enum Reduction { kNone = 0, kAdd, kMul, kMax, kMin };
+constexpr const char* kReductionNames[] = {"none", "add", "mul", "max", "min"};
+
+using IntRef = torch::headeronly::IntHeaderOnlyArrayRef;
+
+// ------------------------------------------------------------------------------------------
+// Small helpers
+// ------------------------------------------------------------------------------------------
+
+// A list of sizes or strides: inline up to kInlineDims, on the heap beyond.
+class Dims {
+ public:
+  Dims() = default;
+  Dims(const Dims&) = delete;
+  Dims& operator=(const Dims&) = delete;
+  void resize(size_t n) {
+    n_ = n;
+    if (n > kInlineDims) {
+      heap_.resize(n);
+      p_ = heap_.data();
+    } else {
+      p_ = inline_;
+    }
+  }
+  void assign(const int64_t* b, const int64_t* e) {
+    resize(static_cast<size_t>(e - b));
+    std::copy(b, e, p_);
+  }
+  int64_t& operator[](size_t i) { return p_[i]; }
+  int64_t operator[](size_t i) const { return p_[i]; }
+  const int64_t* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  int64_t inline_[kInlineDims];
+  std::vector<int64_t> heap_;
+  int64_t* p_ = inline_;
+  size_t n_ = 0;
+};
+
+bool cpu_strided(const Tensor& t) {
+  return t.is_cpu() && t.layout() == torch::headeronly::Layout::Strided;
+}
+
+// [start, end) byte addresses a strided tensor of `es`-byte elements may touch (empty without
+// elements), as check_out computes them.
+std::pair<uintptr_t, uintptr_t> byte_span(const Tensor& t, int64_t es) {
+  const int64_t numel = t.numel();
+  if (numel == 0) return {0, 0};
+  int64_t extent = numel;
+  if (!t.is_contiguous()) {
+    extent = 1;
+    auto sizes = t.sizes();
+    auto strides = t.strides();
+    for (size_t d = 0; d < sizes.size(); d++) extent += (sizes[d] - 1) * strides[d];
+  }
+  auto start = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return {start, start + static_cast<uintptr_t>(extent * es)};
+}
+
+int32_t raw_dtype(const Tensor& t) {
+  int32_t dtype = 0;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(t.get(), &dtype));
+  return dtype;
+}
+
+// A new contiguous CPU tensor of `like`'s shape and dtype: aoti_torch_empty_strided allocates
+// without a dispatcher round-trip.  Hinted to use huge pages when large.  A shape whose
+// contiguous strides overflow (an empty strided view can have one) is refused as torch refuses
+// it.
+Tensor empty_contiguous(const Tensor& like) {
+  auto sizes = like.sizes();
+  Dims strides;
+  strides.resize(sizes.size());
+  int64_t s = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    strides[d] = s;
+    if (d > 0 && __builtin_mul_overflow(s, std::max<int64_t>(sizes[d], 1), &s))
+      runtime_error("Stride calculation overflowed");
+  }
+  int32_t dtype = 0;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
+  AtenTensorHandle h = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(
+      static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(), dtype,
+      aoti_torch_device_type_cpu(), like.get_device_index(), &h));
+  Tensor t(h);
+  hugepage_hint(t.data_ptr(), t.numel() * static_cast<int64_t>(t.element_size()));
+  return t;
+}
+
+Tensor as_contiguous(const Tensor& t) {
+  return t.is_contiguous() ? t : torch::stable::contiguous(t);
+}
+
+// memcpy of a large buffer split among threads.
+void copy_bytes(char* dst, const char* src, int64_t bytes) {
+  parallel_parts(bytes, parts_for(bytes, int64_t(1) << 20), [&](int64_t b, int64_t e, int) {
+    std::memcpy(dst + b, src + b, static_cast<size_t>(e - b));
+  });
+}
+
+// ------------------------------------------------------------------------------------------
+// Checks (the Python layer's check_scatter_nd, in its order)
+// ------------------------------------------------------------------------------------------
+
+// What the kernels need of a call: the data dtype (element size es) and the index kind; the
+// input as [rows, slice] with rows = prod(index_sizes), the indices as [n_tuples, k].  rows
+// (slice_len) is exact when the input (the updates) has elements; only then is it used.
+struct Plan {
+  ScalarType dtype = ScalarType::Float;
+  int64_t es = 4;
+  int kind = kI64;
+  int64_t k = 1, n_tuples = 0, rows = 0, slice_len = 0;
+  Dims index_sizes;
+};
+
+void plan_from_layout(const GatherLayout& lay, Plan& p) {
+  p.k = lay.k;
+  p.n_tuples = lay.n_tuples;
+  p.rows = lay.rows;
+  p.slice_len = lay.slice_len;
+  p.index_sizes.assign(lay.index_sizes.data(), lay.index_sizes.data() + lay.index_sizes.size());
+}
+
+// The natural form's layout without heap allocation, when every layout rule holds and the
+// updates have the shape it gives (false otherwise: the full checks then raise the error).
+// Products in unsigned arithmetic: an empty tensor's other sizes may overflow them (harmlessly:
+// such a product is never used).
+bool fast_plan(IntRef is, IntRef xs, IntRef us, Plan& p) {
+  const int64_t r = static_cast<int64_t>(is.size()), q = static_cast<int64_t>(xs.size());
+  if (r < 1 || q < 1) return false;
+  const int64_t k = xs[q - 1];
+  if (k < 1 || k > r || static_cast<int64_t>(us.size()) != q - 1 + r - k) return false;
+  for (int64_t d = 0; d < q - 1; d++)
+    if (us[d] != xs[d]) return false;
+  for (int64_t d = k; d < r; d++)
+    if (us[q - 1 + d - k] != is[d]) return false;
+  uint64_t n = 1, rows = 1, slice = 1;
+  for (int64_t d = 0; d < q - 1; d++) n *= static_cast<uint64_t>(xs[d]);
+  for (int64_t d = 0; d < k; d++) rows *= static_cast<uint64_t>(is[d]);
+  for (int64_t d = k; d < r; d++) slice *= static_cast<uint64_t>(is[d]);
+  p.k = k;
+  p.n_tuples = static_cast<int64_t>(n);
+  p.rows = static_cast<int64_t>(rows);
+  p.slice_len = static_cast<int64_t>(slice);
+  p.index_sizes.assign(is.data(), is.data() + k);
+  return true;
+}
+
+int parse_reduction(std::string_view reduction) {
+  for (int i = 0; i < 5; i++)
+    if (reduction == kReductionNames[i]) return i;
+  return -1;
+}
+
+// Every metadata rule of DML_SCATTER_ND, in the order of the Python layer's check_scatter_nd (the
+// CPU/strided test stands where its same-device test stands); fills p, returns the reduction.
+// The common call (the natural form at the permissive level) allocates nothing.
+Reduction check_scatter(const char* op, const Tensor& input, const Tensor& indices,
+                        const Tensor& updates, std::string_view reduction,
+                        std::optional<int64_t> input_dimension_count,
+                        std::optional<int64_t> indices_dimension_count,
+                        std::string_view feature_level, Plan& p) {
+  if (!(cpu_strided(input) && cpu_strided(indices) && cpu_strided(updates) &&
+        input.get_device_index() == indices.get_device_index() &&
+        input.get_device_index() == updates.get_device_index()))
+    check_cpu_strided(op, {{"InputTensor", &input}, {"IndicesTensor", &indices},
+                           {"UpdatesTensor", &updates}});
+  const Level level = parse_level(feature_level);
+  const int red = parse_reduction(reduction);
+  if (red < 0)
+    value_error(op, ": reduction must be one of 'none', 'add', 'mul', 'max', 'min', got ",
+                py_repr(reduction));
+  const ScalarType dtype = input.scalar_type();
+  check_data_dtype(op, "InputTensor", dtype, level);
+  // spec DML_SCATTER_ND.md "Tensor constraints": Input, Output and Updates share one DataType.
+  if (raw_dtype(updates) != raw_dtype(input))
+    value_error(op, ": UpdatesTensor has dtype ", dtype_name(updates.scalar_type()),
+                " but InputTensor has ", dtype_name(dtype), "; they must have the same DataType");
+  const ScalarType index_dtype = indices.scalar_type();
+  check_index_dtype(op, "IndicesTensor", index_dtype, level);
+  p.dtype = dtype;
+  p.es = static_cast<int64_t>(input.element_size());
+  p.kind = index_kind(index_dtype);
+  const bool dml = input_dimension_count.has_value() || indices_dimension_count.has_value();
+  if (level == Level::Permissive && !dml &&
+      fast_plan(input.sizes(), indices.sizes(), updates.sizes(), p))
+    return static_cast<Reduction>(red);
+  const GatherLayout lay = gather_layout(op, shape_of(input), shape_of(indices), 0,
+                                         input_dimension_count, indices_dimension_count,
+                                         "UpdatesTensor");
+  if (lay.dml_form && updates.dim() != input.dim())
+    value_error(op, ": in the DML form UpdatesTensor.DimensionCount must equal "
+                "InputTensor.DimensionCount (",
+                input.dim(), "), got ", updates.dim());
+  // spec DML_SCATTER_ND.md UpdatesTensor: Sizes = indices' leading segment + input's trailing
+  // segment (spec README 1: the segment after the indexed dimensions), right-aligned.
+  if (shape_of(updates) != lay.out_shape) {
+    const Shape& nx = lay.natural_indices_shape;
+    const Shape& ni = lay.natural_input_shape;
+    value_error(op, ": UpdatesTensor must have sizes ", py_tuple(lay.out_shape),
+                " (IndicesTensor's leading ", py_tuple(Shape(nx.begin(), nx.end() - 1)),
+                " + InputTensor's trailing ", py_tuple(Shape(ni.begin() + lay.k, ni.end())),
+                "), got ", py_tuple(updates.sizes()));
+  }
+  if (level != Level::Permissive) {
+    if (lay.dml_form)
+      check_dml_dimension_count(op, {"InputTensor", "IndicesTensor", "UpdatesTensor"},
+                                {input.dim(), indices.dim(), updates.dim()}, level, Level::L3_0);
+    else
+      check_natural_ranks(op, {"InputTensor", "IndicesTensor", "UpdatesTensor"},
+                          {input.dim(), indices.dim(), updates.dim()}, level, Level::L3_0);
+    if (red != kNone)
+      value_error(op, ": reduction=", py_repr(reduction),
+                  " is an ONNX ScatterND-18 extension; DML_OPERATOR_SCATTER_ND only overwrites, "
+                  "so at ",
+                  level_name(level), " the reduction must be 'none'");
+  }
+  plan_from_layout(lay, p);
+  return static_cast<Reduction>(red);
+}
+
+// Whether check_out would accept `target` (contiguous, CPU, of the input's shape and dtype,
+// overlapping none of `indices`, `updates` and `input` when given) without building its
+// arguments: the common call allocates nothing.  False sends the call through check_out itself,
+// which raises or accepts.
+bool target_ok(const Tensor& target, const Plan& p, const Tensor* input, const Tensor& indices,
+               const Tensor& updates) {
+  if (!target.is_contiguous()) return false;
+  if (input && (!cpu_strided(target) || raw_dtype(target) != raw_dtype(*input) ||
+                target.sizes() != input->sizes()))
+    return false;
+  const auto span = byte_span(target, p.es);
+  if (span.first == span.second) return true;
+  auto overlaps = [&span](const Tensor& t, int64_t es) {
+    auto [s, e] = byte_span(t, es);
+    return s < span.second && span.first < e;
+  };
+  const int64_t index_es = p.kind == kI32 || p.kind == kU32 ? 4 : 8;
+  return !overlaps(indices, index_es) && !overlaps(updates, p.es) &&
+         !(input && overlaps(*input, p.es));
+}
+
+// ------------------------------------------------------------------------------------------
+// Rows pass: check every tuple, keep its row number
+// ------------------------------------------------------------------------------------------
+
+struct RowsPass {
+  const void* idx = nullptr;
+  int kind = kI64;
+  int64_t k = 1;
+  const int64_t* sizes = nullptr;
+  const int64_t* strides = nullptr;  // in rows; all 0 for a check-only pass
+  int64_t* rows = nullptr;           // nullptr: check only
+};
+
+// Tuples [begin, end): stops at the first bad coordinate (every later one of the range has a
+// larger position), recording its flat position (tuple * k + column).
+template <int Kind>
+void rows_range(const RowsPass& c, int64_t begin, int64_t end, std::atomic<int64_t>& first_bad) {
+  constexpr bool kSigned = Kind == kI32 || Kind == kI64;
+  const void* const idx = c.idx;
+  const int64_t k = c.k;
+  const int64_t* const sizes = c.sizes;
+  const int64_t* const strides = c.strides;
+  int64_t* const rows = c.rows;
+  for (int64_t t = begin; t < end; t++) {
+    int64_t row = 0;
+    for (int64_t j = 0; j < k; j++) {
+      const int64_t v = wrap_check(load_index(idx, Kind, t * k + j), sizes[j], kSigned);
+      if (v < 0) {
+        record_error(first_bad, t * k + j);
+        return;
+      }
+      row += v * strides[j];
+    }
+    if (rows) rows[t] = row;
+  }
+}
+
+// The smallest flat position of a bad coordinate among tuples [0, n), or kNoError.
+int64_t run_rows(const RowsPass& c, int64_t n) {
+  std::atomic<int64_t> first_bad{kNoError};
+  parallel_parts(n, parts_for(n, kGrain / 2), [&](int64_t b, int64_t e, int) {
+    switch (c.kind) {
+      case kI32: return rows_range<kI32>(c, b, e, first_bad);
+      case kU32: return rows_range<kU32>(c, b, e, first_bad);
+      case kU64: return rows_range<kU64>(c, b, e, first_bad);
+      default: return rows_range<kI64>(c, b, e, first_bad);
+    }
+  });
+  return first_bad.load();
+}
+
+// ------------------------------------------------------------------------------------------
+// Apply pass
+// ------------------------------------------------------------------------------------------
+
+// dst[rows[t]] (op)= upd[t] for t in index order; every rows[t] is in [0, n_rows).  init: when
+// set, dst's rows are first a copy of it (the functional scatter and out=; each part copies the
+// rows it owns).
+struct Apply {
+  char* dst = nullptr;
+  const char* init = nullptr;
+  const char* upd = nullptr;
+  const int64_t* rows = nullptr;
+  int64_t n = 0, n_rows = 0, row_bytes = 0, slice_len = 0;
+};
+
+// Rows [lo, hi) of one part: its init copy, then every tuple landing there, in index order.
+// RB > 0: rows of that constant size (memcpy becomes one load and store), prefetched a block of
+// tuples ahead for writing.
+template <int64_t RB, class F>
+void scan_part(const Apply& a, int64_t lo, int64_t hi, const F& f) {
+  const int64_t rb = RB > 0 ? RB : a.row_bytes;
+  char* const dst = a.dst;
+  const char* const upd = a.upd;
+  const int64_t* const rows = a.rows;
+  const int64_t n = a.n;
+  if (a.init && hi > lo)
+    std::memcpy(dst + lo * rb, a.init + lo * rb, static_cast<size_t>((hi - lo) * rb));
+  for (int64_t t = 0; t < n; t++) {
+    if (RB > 0 && RB <= 64 && t + kBlock < n) {
+      const int64_t p = rows[t + kBlock];
+      if (p >= lo && p < hi) __builtin_prefetch(dst + p * rb, 1);
+    }
+    const int64_t r = rows[t];
+    if (r >= lo && r < hi) f(dst + r * rb, upd + t * rb);
+  }
+}
+
+// The destination rows split among parts: every part scans all n row numbers, so more parts pay
+// only with enough writes.
+template <int64_t RB = 0, class F>
+void run_scan(const Apply& a, const F& f) {
+  const int64_t work = a.n * (1 + a.row_bytes / 64) + (a.init ? a.n_rows * a.row_bytes / 64 : 0);
+  const int parts = static_cast<int>(std::min<int64_t>(parts_for(work, kGrain), a.n_rows));
+  parallel_parts(a.n_rows, parts,
+                 [&](int64_t lo, int64_t hi, int) { scan_part<RB>(a, lo, hi, f); });
+}
+
+void overwrite(const Apply& a) {
+  switch (a.row_bytes) {
+    case 1: return run_scan<1>(a, [](char* d, const char* s) { std::memcpy(d, s, 1); });
+    case 2: return run_scan<2>(a, [](char* d, const char* s) { std::memcpy(d, s, 2); });
+    case 4: return run_scan<4>(a, [](char* d, const char* s) { std::memcpy(d, s, 4); });
+    case 8: return run_scan<8>(a, [](char* d, const char* s) { std::memcpy(d, s, 8); });
+    case 16: return run_scan<16>(a, [](char* d, const char* s) { std::memcpy(d, s, 16); });
+    default: {
+      const size_t rb = static_cast<size_t>(a.row_bytes);
+      return run_scan(a, [rb](char* d, const char* s) { std::memcpy(d, s, rb); });
+    }
+  }
+}
+
+// Runs op(x, y) -> new x over the elements of each updated row.
+template <class T, class Op>
+void reduce_rows(const Apply& a, const Op& op) {
+  run_scan(a, [len = a.slice_len, op](char* d, const char* s) {
+    // a local count: with -fno-strict-aliasing a captured one could alias x[i] and would be
+    // reloaded after every store, which keeps the loop from vectorizing
+    const int64_t n = len;
+    T* x = reinterpret_cast<T*>(d);
+    const T* y = reinterpret_cast<const T*>(s);
+    for (int64_t i = 0; i < n; i++) x[i] = op(x[i], y[i]);
+  });
+}
+
+// Integers wrap around, in unsigned arithmetic (no undefined behaviour; unsigned int for the
+// narrow types, whose products would otherwise promote to signed int); unsigned types compare
+// unsigned.
+template <class T>
+void apply_int(const Apply& a, Reduction red) {
+  using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+  switch (red) {
+    case kAdd: return reduce_rows<T>(a, [](T x, T y) { return static_cast<T>(U(x) + U(y)); });
+    case kMul: return reduce_rows<T>(a, [](T x, T y) { return static_cast<T>(U(x) * U(y)); });
+    case kMax: return reduce_rows<T>(a, [](T x, T y) { return x < y ? y : x; });
+    default: return reduce_rows<T>(a, [](T x, T y) { return y < x ? y : x; });
+  }
+}
+
+// float16 / bfloat16 bits <-> float, as torch converts them.
+struct HalfConv {
+  static float to(uint16_t h) { return torch::headeronly::detail::fp16_ieee_to_fp32_value(h); }
+  static uint16_t from(float f) { return torch::headeronly::detail::fp16_ieee_from_fp32_value(f); }
+};
+struct BF16Conv {
+  static float to(uint16_t h) { return torch::headeronly::detail::f32_from_bits(h); }
+  static uint16_t from(float f) { return torch::headeronly::detail::round_to_nearest_even(f); }
+};
+
+struct NoConv {
+  template <class T>
+  static T to(T x) {
+    return x;
+  }
+};
+
+// Elements per row from which torch's scatter_reduce_ takes its vectorized path (the portable
+// path meets its other conditions), where an equal value (+0.0 against -0.0) replaces what is
+// there; below it, what is there stays.
+constexpr int64_t kVectorSlice = 16;
+
+// Whether max (min) of floating values takes the update y over x, as torch's scatter_reduce_
+// amax (amin) with include_self: a NaN update wins, a NaN already there stays, ties as above.
+// Branch-free (bitwise operators, no early return), so that the row loops vectorize.
+template <bool kMax, bool kTiesTakeUpdate, class V>
+inline bool take_update(V x, V y) {
+  const bool better = kTiesTakeUpdate ? (kMax ? !(y < x) : !(x < y)) : (kMax ? x < y : y < x);
+  return std::isnan(y) | (!std::isnan(x) & better);
+}
+
+// max/min of T (float16 / bfloat16 bits are compared as floats through C); the winner's bits
+// are kept.
+template <class T, bool kMax, class C = NoConv>
+void extremum(const Apply& a) {
+  if (a.slice_len >= kVectorSlice)
+    return reduce_rows<T>(
+        a, [](T x, T y) { return take_update<kMax, true>(C::to(x), C::to(y)) ? y : x; });
+  reduce_rows<T>(a, [](T x, T y) { return take_update<kMax, false>(C::to(x), C::to(y)) ? y : x; });
+}
+
+template <class T>
+void apply_float(const Apply& a, Reduction red) {
+  switch (red) {
+    case kAdd: return reduce_rows<T>(a, [](T x, T y) { return x + y; });
+    case kMul: return reduce_rows<T>(a, [](T x, T y) { return x * y; });
+    case kMax: return extremum<T, true>(a);
+    default: return extremum<T, false>(a);
+  }
+}
+
+// bool: add/max are logical or, mul/min logical and (canonical 0/1 bytes out).
+void apply_bool(const Apply& a, Reduction red) {
+  if (red == kAdd || red == kMax)
+    return reduce_rows<uint8_t>(a, [](uint8_t x, uint8_t y) -> uint8_t { return (x | y) != 0; });
+  return reduce_rows<uint8_t>(a, [](uint8_t x, uint8_t y) -> uint8_t { return x && y; });
+}
+
+// float16 / bfloat16 accumulated in float and rounded once per element (index_add_ and
+// scatter_reduce_ "prod" on the CPU): the tuples are grouped by row (a sort of (row, tuple), so
+// each row's updates stay in index order), each group summed (multiplied) into a float copy of
+// its row, which is then rounded back.  Rows no tuple addresses are not rewritten.
+template <class C, bool kMulOp>
+void apply_in_float(const Apply& a) {
+  const int64_t n = a.n, len = a.slice_len;
+  const int parts =
+      static_cast<int>(std::min<int64_t>(parts_for(n * (1 + a.row_bytes / 64), kGrain), n));
+  // allocated before the first write (an allocation failure leaves dst untouched)
+  std::vector<std::pair<int64_t, int64_t>> order(static_cast<size_t>(n));
+  std::vector<float> scratch(static_cast<size_t>(parts * len));
+  for (int64_t t = 0; t < n; t++) order[t] = {a.rows[t], t};
+  std::sort(order.begin(), order.end());
+  if (a.init) copy_bytes(a.dst, a.init, a.n_rows * a.row_bytes);
+  uint16_t* dst = reinterpret_cast<uint16_t*>(a.dst);
+  const uint16_t* upd = reinterpret_cast<const uint16_t*>(a.upd);
+  // A part takes the groups that start in its range.
+  parallel_parts(n, parts, [&, len](int64_t b, int64_t e, int part) {
+    while (b > 0 && b < n && order[b].first == order[b - 1].first) b++;
+    while (e > 0 && e < n && order[e].first == order[e - 1].first) e++;
+    float* acc = scratch.data() + part * len;
+    for (int64_t p = b; p < e;) {
+      const int64_t row = order[p].first;
+      uint16_t* d = dst + row * len;
+      for (int64_t i = 0; i < len; i++) acc[i] = C::to(d[i]);
+      for (; p < e && order[p].first == row; p++) {
+        const uint16_t* s = upd + order[p].second * len;
+        if (kMulOp)
+          for (int64_t i = 0; i < len; i++) acc[i] *= C::to(s[i]);
+        else
+          for (int64_t i = 0; i < len; i++) acc[i] += C::to(s[i]);
+      }
+      for (int64_t i = 0; i < len; i++) d[i] = C::from(acc[i]);
+    }
+  });
+}
+
+// float16 / bfloat16: a small add rounds after every add (index_put_'s accumulation).
+template <class C>
+void apply_half(const Apply& a, Reduction red) {
+  switch (red) {
+    case kAdd:
+      if (a.n * a.slice_len > kSmallScatter) return apply_in_float<C, false>(a);
+      return reduce_rows<uint16_t>(
+          a, [](uint16_t x, uint16_t y) { return C::from(C::to(x) + C::to(y)); });
+    case kMul: return apply_in_float<C, true>(a);
+    case kMax: return extremum<uint16_t, true, C>(a);
+    default: return extremum<uint16_t, false, C>(a);
+  }
+}
+
+void apply(const Apply& a, ScalarType dtype, Reduction red) {
+  if (red == kNone) return overwrite(a);
+  switch (dtype) {
+    case ScalarType::Float: return apply_float<float>(a, red);
+    case ScalarType::Double: return apply_float<double>(a, red);
+    case ScalarType::Half: return apply_half<HalfConv>(a, red);
+    case ScalarType::BFloat16: return apply_half<BF16Conv>(a, red);
+    case ScalarType::Long: return apply_int<int64_t>(a, red);
+    case ScalarType::Int: return apply_int<int32_t>(a, red);
+    case ScalarType::Short: return apply_int<int16_t>(a, red);
+    case ScalarType::Char: return apply_int<int8_t>(a, red);
+    case ScalarType::Byte: return apply_int<uint8_t>(a, red);
+    case ScalarType::UInt16: return apply_int<uint16_t>(a, red);
+    case ScalarType::UInt32: return apply_int<uint32_t>(a, red);
+    case ScalarType::UInt64: return apply_int<uint64_t>(a, red);
+    default: return apply_bool(a, red);  // Bool (check_data_dtype admits nothing else)
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// One scatter
+// ------------------------------------------------------------------------------------------
+
+// What an IndexError message needs of the call: the caller's op name and tensors' shapes.
+struct Call {
+  const char* op;
+  const Tensor& input;
+  const Tensor& indices;
+  std::optional<int64_t> input_dimension_count, indices_dimension_count;
+};
+
+[[noreturn]] void raise_bad_index(const Call& call, const Tensor& idx, int kind, int64_t flat) {
+  const GatherLayout lay = gather_layout(call.op, shape_of(call.input), shape_of(call.indices), 0,
+                                         call.input_dimension_count,
+                                         call.indices_dimension_count, "UpdatesTensor");
+  raise_index_error(call.op, idx.data_ptr(), kind, flat, shape_of(call.indices), lay,
+                    call.input.dim());
+}
+
+// Scatters checked, resolved `indices` and `updates` into `dst` (contiguous, the input's shape
+// and dtype), which first receives `source` when given (else it already holds the input).  Every
+// tuple is checked before the first write to dst.  target_name: dst is the caller's tensor
+// (out= or the in-place target), marked written (mark_written) once every tuple is checked.
+void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const Tensor* source,
+             const Tensor& indices, const Tensor& updates, const char* target_name = nullptr) {
+  const int64_t n = p.n_tuples;
+  if (n == 0) {
+    if (target_name) mark_written(call.op, target_name, dst);
+    if (source && dst.numel() > 0) {
+      if (source->is_contiguous())
+        copy_bytes(static_cast<char*>(dst.data_ptr()),
+                   static_cast<const char*>(source->data_ptr()),
+                   dst.numel() * p.es);
+      else
+        torch::stable::copy_(dst, *source);
+    }
+    return;
+  }
+  // Nothing moves when the input is empty: every tuple is still checked (an empty indexed
+  // dimension makes every tuple bad), with zero strides, so no row number is formed.
+  const bool moves = dst.numel() > 0;
+  const Tensor idx = as_contiguous(indices);
+  RowsPass rp;
+  rp.idx = idx.data_ptr();
+  rp.kind = p.kind;
+  rp.k = p.k;
+  rp.sizes = p.index_sizes.data();
+  Dims strides;
+  strides.resize(static_cast<size_t>(p.k));
+  for (int64_t j = p.k, s = 1; j-- > 0;) {
+    strides[j] = moves ? s : 0;
+    s *= moves ? p.index_sizes[j] : 1;
+  }
+  rp.strides = strides.data();
+  // The row numbers of the rows pass are kept for the apply pass (recomputing them from the
+  // tuples measured 1.5x slower).
+  int64_t stack_rows[kStackRows];
+  std::unique_ptr<int64_t[]> heap_rows;
+  if (moves) {
+    if (n <= kStackRows) {
+      rp.rows = stack_rows;
+    } else {
+      heap_rows.reset(new (std::nothrow) int64_t[static_cast<size_t>(n)]);
+      if (!heap_rows) runtime_error(call.op, ": cannot allocate ", 8 * n, " bytes of row numbers");
+      rp.rows = heap_rows.get();
+      if (n >= (int64_t(1) << 18)) hugepage_hint(rp.rows, n * int64_t(8));
+    }
+  }
+  if (const int64_t bad = run_rows(rp, n); bad != kNoError)
+    raise_bad_index(call, idx, rp.kind, bad);
+  if (target_name) mark_written(call.op, target_name, dst);
+  if (!moves) return;
+  Apply a;
+  a.dst = static_cast<char*>(dst.data_ptr());
+  if (source) {
+    if (source->is_contiguous())
+      a.init = static_cast<const char*>(source->data_ptr());
+    else
+      torch::stable::copy_(dst, *source);
+  }
+  const Tensor upd = as_contiguous(updates);
+  a.upd = static_cast<const char*>(upd.data_ptr());
+  a.rows = rp.rows;
+  a.n = n;
+  a.n_rows = p.rows;
+  a.slice_len = p.slice_len;
+  a.row_bytes = p.slice_len * p.es;
+  apply(a, p.dtype, red);
+}
+
+// ------------------------------------------------------------------------------------------
+// Entry points
+// ------------------------------------------------------------------------------------------
+
+// check_indices and deterministic: the CPU kernel always checks every index (no value of the
+// flag can make it write out of bounds) and always keeps the last duplicate in index order.
+Tensor scatter_nd(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
+                  std::optional<int64_t> input_dimension_count,
+                  std::optional<int64_t> indices_dimension_count, StrArg feature_level,
+                  [[maybe_unused]] bool check_indices, [[maybe_unused]] bool deterministic) {
+  Plan p;
+  const Reduction red = check_scatter(kOp, input, indices, updates, reduction.value,
+                                      input_dimension_count, indices_dimension_count,
+                                      feature_level.value, p);
+  check_storage(kOp, "InputTensor", input);
+  check_storage(kOp, "IndicesTensor", indices);
+  check_storage(kOp, "UpdatesTensor", updates);
+  const Tensor x = resolved(input);
+  Tensor out = empty_contiguous(x);
+  scatter({kOp, input, indices, input_dimension_count, indices_dimension_count}, p, red, out, &x,
+          resolved(indices), resolved(updates));
+  return out;
+}
+
+void scatter_nd_out(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
+                    std::optional<int64_t> input_dimension_count,
+                    std::optional<int64_t> indices_dimension_count, StrArg feature_level,
+                    [[maybe_unused]] bool check_indices, [[maybe_unused]] bool deterministic,
+                    Tensor out) {
+  Plan p;
+  const Reduction red = check_scatter(kOp, input, indices, updates, reduction.value,
+                                      input_dimension_count, indices_dimension_count,
+                                      feature_level.value, p);
+  if (!target_ok(out, p, &input, indices, updates))
+    check_out(kOp, out, shape_of(input), p.dtype,
+              {{"InputTensor", &input}, {"IndicesTensor", &indices}, {"UpdatesTensor", &updates}},
+              kOutName);
+  check_storage(kOp, "InputTensor", input);
+  check_storage(kOp, "IndicesTensor", indices);
+  check_storage(kOp, "UpdatesTensor", updates);
+  check_storage(kOp, kOutName, out);
+  const Tensor x = resolved(input), i = resolved(indices), u = resolved(updates);
+  const Call call{kOp, input, indices, input_dimension_count, indices_dimension_count};
+  const bool neg = is_neg(out);
+  if (!neg && out.is_contiguous()) {
+    scatter(call, p, red, out, &x, i, u, kOutName);
+    return;
+  }
+  // A fresh result, then copy_ (which writes through a negative view's negation, and through
+  // any strides).
+  Tensor fresh = empty_contiguous(x);
+  scatter(call, p, red, fresh, &x, i, u);
+  if (!neg) mark_written(kOp, kOutName, out);
+  torch::stable::copy_(out, fresh);
+}
+
+void scatter_nd_(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
+                 std::optional<int64_t> input_dimension_count,
+                 std::optional<int64_t> indices_dimension_count, StrArg feature_level,
+                 [[maybe_unused]] bool check_indices, [[maybe_unused]] bool deterministic) {
+  Plan p;
+  const Reduction red = check_scatter(kInplaceOp, input, indices, updates, reduction.value,
+                                      input_dimension_count, indices_dimension_count,
+                                      feature_level.value, p);
+  if (!target_ok(input, p, nullptr, indices, updates))
+    check_out(kInplaceOp, input, shape_of(input), p.dtype,
+              {{"IndicesTensor", &indices}, {"UpdatesTensor", &updates}}, kTargetName);
+  check_storage(kInplaceOp, "InputTensor", input);
+  check_storage(kInplaceOp, "IndicesTensor", indices);
+  check_storage(kInplaceOp, "UpdatesTensor", updates);
+  const Tensor i = resolved(indices), u = resolved(updates);
+  const Call call{kInplaceOp, input, indices, input_dimension_count, indices_dimension_count};
+  if (is_neg(input)) {
+    // The values the target shows, scattered into a fresh tensor, written back through the
+    // negation by copy_.
+    const Tensor base = resolved(input);
+    Tensor fresh = empty_contiguous(base);
+    scatter(call, p, red, fresh, &base, i, u);
+    torch::stable::copy_(input, fresh);
+    return;
+  }
+  if (input.is_contiguous()) {
+    scatter(call, p, red, input, nullptr, i, u, kTargetName);
+    return;
+  }
+  // A contiguous work copy, written back through the target's strides.
+  Tensor work = torch::stable::contiguous(input);
+  scatter(call, p, red, work, nullptr, i, u);
+  mark_written(kInplaceOp, kTargetName, input);
+  torch::stable::copy_(input, work);
+}
+
+}  // namespace
+}  // namespace tdo
+
+STABLE_TORCH_LIBRARY_IMPL(torch_dml_ops, CPU, m) {
+  m.impl("scatter_nd", TORCH_BOX(&tdo::scatter_nd));
+  m.impl("scatter_nd_out", TORCH_BOX(&tdo::scatter_nd_out));
+  m.impl("scatter_nd_", TORCH_BOX(&tdo::scatter_nd_));
+}
