@@ -29,10 +29,19 @@ import torch.autograd.forward_ad as _fwad
 from torch import _C
 from torch._library.utils import fill_defaults
 
-from ._backend import eager_keyset
+from ._backend import backend_key, eager_keyset
 from ._library import NAMESPACE, lib
 
-_BELOW_AUTOGRAD = _C._after_autograd_keyset
+
+def below_autograd(op, redispatch, tensors, args, kwargs):
+    """Run ``op`` below the Autograd key (an Autograd kernel with nothing to record): straight
+    to the backend kernel for plain CPU/CUDA tensors (``backend_key``; ~1 us cheaper than
+    masking the dispatcher's key set), else through the dispatcher below autograd."""
+    keyset = backend_key(tensors)
+    if keyset is not None:
+        return redispatch(keyset, *args, **kwargs)
+    with _C._AutoDispatchBelowAutograd():
+        return op(*args, **kwargs)
 
 
 def forward_ad_active() -> bool:
@@ -110,24 +119,27 @@ class Differentiable:
         self.n_tensors = n_tensors          # the leading tensor arguments
         self._schema = self.op._schema
         self._redispatch = self.op._handle.redispatch_boxed
-        lib.impl(opname, self._kernel, "Autograd", with_keyset=True)
+        lib.impl(opname, self._kernel, "Autograd")
 
     def call(self, *args):
-        """The op on full positional arguments, recorded for autograd/torch.func if needed.
+        """The op on full positional arguments, recorded for autograd/torch.func if needed: how
+        the backward and jvp formulas invoke it (through the dispatcher otherwise)."""
+        if derivative_needed(args[:self.n_tensors]) and not torch.compiler.is_compiling():
+            if self.prepare is not None:
+                args = self.prepare(args)
+            return self.function.apply(*_wrap(args))
+        return self.op(*args)
 
-        In plain eager mode without a derivative it goes straight to the backend kernel the
-        dispatcher would pick (the same registered kernel, below the Autograd key): the Python
-        Autograd kernel costs more than a small call itself (measured in the README)."""
-        if derivative_needed(args[:self.n_tensors]):
-            if not torch.compiler.is_compiling():
-                if self.prepare is not None:
-                    args = self.prepare(args)
-                return self.function.apply(*_wrap(args))
-        else:
+    def call_public(self, *args):
+        """``call`` for the public functions: in plain eager mode without a derivative it goes
+        straight to the backend kernel the dispatcher would pick (the same registered kernel,
+        below the Autograd key), skipping the Python Autograd kernel, which costs as much as a
+        small call (the README's per-call table)."""
+        if not derivative_needed(args[:self.n_tensors]):
             keyset = eager_keyset(args[:self.n_tensors])
             if keyset is not None:
                 return self._redispatch(keyset, *args)
-        return self.op(*args)
+        return self.call(*args)
 
     def _through_functorch(self, args):
         """Reached through ``torch.ops`` inside a torch.func transform, below the functorch layer
@@ -152,36 +164,39 @@ class Differentiable:
         with _C._ForceDispatchKeyGuard(_C._dispatch_tls_local_include_set(), exclude):
             return dispatch_functorch(custom_function_call, (self.function,) + _wrap(args), {})
 
-    def _kernel(self, keyset, *args, **kwargs):
-        if derivative_needed(args[:self.n_tensors]):
+    def _kernel(self, *args, **kwargs):
+        tensors = args[:self.n_tensors]
+        if derivative_needed(tensors):
             args, kwargs = fill_defaults(self._schema, args, kwargs)
             if self.prepare is not None:
                 args = self.prepare(args)
             if _C._are_functorch_transforms_active():
                 return self._through_functorch(args)
             return self.function.apply(*_wrap(args))
-        return self._redispatch(keyset & _BELOW_AUTOGRAD, *args, **kwargs)
+        return below_autograd(self.op, self._redispatch, tensors, args, kwargs)
 
 
 class OutOverload:
     """An ``out=`` overload: its Autograd kernel refuses autograd, like torch's ``out=``
     functions; ``call`` is how the public functions invoke it."""
 
-    def __init__(self, opname: str, public_name: str) -> None:
+    def __init__(self, opname: str, public_name: str, n_tensors: int) -> None:
         self.op = getattr(getattr(torch.ops, NAMESPACE), opname).default
         self.public_name = public_name
+        self.n_tensors = n_tensors          # the leading tensor arguments (out aside)
         self._redispatch = self.op._handle.redispatch_boxed
-        lib.impl(opname, self._kernel, "Autograd", with_keyset=True)
+        lib.impl(opname, self._kernel, "Autograd")
 
     def _refuse_grad(self) -> None:
         raise RuntimeError(        # torch's message for its own out= functions
             f"{self.public_name}(): functions with out=... arguments don't support automatic "
             f"differentiation, but one of the arguments requires grad.")
 
-    def _kernel(self, keyset, *args, **kwargs):
+    def _kernel(self, *args, **kwargs):
         if _C.is_grad_enabled() and _C._any_requires_grad(*args, **kwargs):
             self._refuse_grad()
-        return self._redispatch(keyset & _BELOW_AUTOGRAD, *args, **kwargs)
+        return below_autograd(self.op, self._redispatch,
+                              (kwargs["out"],) + args[:self.n_tensors], args, kwargs)
 
     def call(self, tensors, *args, out):
         """``tensors``: the inputs and ``out``, for the refusal and the eager shortcut (as in

@@ -215,31 +215,36 @@ _CPU = _C.DispatchKeySet(_C.DispatchKey.CPU)
 _CUDA = _C.DispatchKeySet(_C.DispatchKey.CUDA)
 
 
-def eager_keyset(tensors):
-    """The dispatch key of the backend kernel for a call on ``tensors`` when nothing can observe
-    the call below the public function, so that it may go straight to that kernel (the one the
-    dispatcher would pick: ``Differentiable.call``), skipping the Autograd kernel (a Python
-    function, ~5 us, more than a small call); else None (go through the dispatcher).
+def backend_key(tensors):
+    """The dispatch key set of the backend kernel for plain CPU or CUDA ``tensors`` with no
+    dispatch mode active (the kernel the dispatcher picks below the Autograd key: every key in
+    between falls through for these ops), else None."""
+    if _C._len_torch_dispatch_stack() or torch.autograd.profiler._is_profiler_enabled:
+        return None
+    if _C._functorch.peek_interpreter_stack() is not None:
+        return None         # inside a torch.func transform: its wrappers look like plain tensors
+    for t in tensors:
+        if type(t) is not torch.Tensor:
+            return None     # a subclass, FakeTensor, FunctionalTensor: the full dispatch
+    t = tensors[0]
+    return _CPU if t.is_cpu else _CUDA if t.is_cuda else None
 
-    Only for CPU and CUDA tensors, and only when the result is indistinguishable: eager mode (not
-    torch.compile / export / jit tracing), plain tensors (no subclass, FakeTensor or functorch
-    wrapper), no dispatch or function modes, no forward-AD level, no profiler; the caller has
-    established that no derivative is needed.  The kernels resolve negative-bit views
-    themselves (the dispatcher's Negative key is skipped too).
+
+def eager_keyset(tensors):
+    """:func:`backend_key` for a call from a public function, when nothing can observe the call
+    below it, so that it may go straight to the backend kernel (``Differentiable.call``),
+    skipping the Python Autograd kernel (~3-5 us, as much as a small call); else None (the
+    dispatcher).  Only in eager mode (not torch.compile / export / jit tracing), with no
+    torch-function mode, functorch transform or forward-AD level; the caller has established
+    that no derivative is needed.
     """
     if torch.compiler.is_compiling() or _C._get_tracing_state() is not None:
         return None
-    for t in tensors:
-        if type(t) is not torch.Tensor:
-            return None
-    if _C._len_torch_dispatch_stack() or _C._is_torch_function_mode_enabled():
+    if _C._is_torch_function_mode_enabled():
         return None
     if _C._are_functorch_transforms_active() or _fwad._current_level >= 0:
         return None         # functorch wrappers and dual tensors look like plain tensors
-    if torch.autograd.profiler._is_profiler_enabled:
-        return None
-    t = tensors[0]
-    return _CPU if t.is_cpu else _CUDA if t.is_cuda else None
+    return backend_key(tensors)
 
 
 def vmap_operands(info, in_dims, tensors):

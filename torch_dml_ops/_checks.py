@@ -134,6 +134,15 @@ def storage_bytes_needed(t: torch.Tensor) -> int:
     return (t.storage_offset() + _extent(t)) * t.element_size()
 
 
+def check_dense(op: str, named) -> None:
+    """Only dense (strided) tensors: the kernels address memory through strides (the C++ kernels
+    enforce the same rule with the same message)."""
+    for name, t in named:
+        if t.layout is not torch.strided:
+            raise ConstraintError(f"{op}: {name} is a sparse or otherwise non-strided tensor; "
+                                  f"only dense (strided) tensors are supported")
+
+
 def check_storage(op: str, role: str, t: torch.Tensor) -> None:
     """Raise RuntimeError (the type of torch's own storage bounds check) unless ``t``'s storage
     holds every byte ``t`` addresses.  A storage resized under a tensor (FSDP frees sharded
@@ -214,16 +223,22 @@ def check_writable(op: str, out: torch.Tensor, name: str = "OutputTensor (out)")
             f"before performing the operation.")
 
 
-def check_out_meta(op: str, out, shape: Sequence[int], dtype: torch.dtype) -> None:
-    """The metadata half of :func:`check_out`, shared with the fake kernels (same exceptions)."""
+def check_out_meta(op: str, out, shape: Sequence[int], dtype: torch.dtype,
+                   device: Optional[torch.device] = None,
+                   name: str = "OutputTensor (out)") -> None:
+    """The metadata half of :func:`check_out`, shared with the fake kernels (same exceptions).
+    ``device``: the inputs' (a meta ``out`` of CPU inputs reaches the fake kernel)."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{op}: out must be a Tensor, got {type(out).__name__}")
     if out.dtype != dtype:
         raise ConstraintTypeError(
-            f"{op}: OutputTensor (out) has dtype {out.dtype}, expected {dtype} (the InputTensor's)")
+            f"{op}: {name} has dtype {out.dtype}, expected {dtype} (the InputTensor's)")
     if tuple(out.shape) != tuple(shape):
         raise ConstraintError(
-            f"{op}: OutputTensor (out) has shape {tuple(out.shape)}, expected {tuple(shape)}")
+            f"{op}: {name} has shape {tuple(out.shape)}, expected {tuple(shape)}")
+    if device is not None and out.device != device:
+        raise ValueError(f"{op}: {name} is on {out.device}, expected {device}")
+    check_dense(op, ((name, out),))
 
 
 def check_out(op: str, out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype,
@@ -231,9 +246,7 @@ def check_out(op: str, out: torch.Tensor, shape: Sequence[int], dtype: torch.dty
               name: str = "OutputTensor (out)") -> None:
     """A preallocated ``out=`` tensor (or the target of an in-place op): exact shape, dtype and
     device, writable, no overlap with itself or any input."""
-    check_out_meta(op, out, shape, dtype)
-    if out.device != device:
-        raise ValueError(f"{op}: {name} is on {out.device}, expected {device}")
+    check_out_meta(op, out, shape, dtype, device, name)
     check_writable(op, out, name)
     o_start, o_end = _byte_span(out)
     if o_start == o_end:
@@ -367,6 +380,20 @@ def check_arg_types(op: str, *args) -> None:
         _TYPE_CHECKS[kind](op, name, v)
 
 
+def raise_documented(check) -> None:
+    """For a call a kernel refused: run the Python ``check`` of the same rules, which raises the
+    documented exception (``ConstraintError``, ``ConstraintTypeError`` ..., a ``TypeError`` for
+    an argument's type) with the kernel's message.  Returns when the check passes (a refusal it
+    does not cover, e.g. a bad index value) or fails for another reason (e.g. a functorch wrapper
+    it cannot inspect): the caller then re-raises the kernel's own exception."""
+    try:
+        check()
+    except (ValueError, TypeError) as documented:
+        raise documented from None
+    except Exception:   # noqa: BLE001  not a rule the Python checks know: the kernel's error
+        return
+
+
 def as_int(op: str, name: str, v):
     """The public functions' int arguments: ints as they are, other integral scalars (numpy
     integers, anything with ``__index__`` but bool) converted, the rest a ``TypeError``."""
@@ -403,6 +430,7 @@ def check_gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int,
         lay = _check_gather_nd(input, indices, batch_dims, input_dimension_count,
                                indices_dimension_count, level)
         _gather_memo.put(key, lay)
+    check_dense("gather_nd", (("InputTensor", input), ("IndicesTensor", indices)))
     return lay
 
 
@@ -464,6 +492,8 @@ def check_scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.
         lay = _check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                                 indices_dimension_count, level, op)
         _scatter_memo.put(key, lay)
+    check_dense(op, (("InputTensor", input), ("IndicesTensor", indices),
+                     ("UpdatesTensor", updates)))
     return lay
 
 
@@ -533,6 +563,7 @@ def check_top_k1(input: torch.Tensor, k: int, axis: int, direction: str,
     if ax is None:
         ax = _check_top_k1(input, k, axis, direction, index_dtype, level)
         _topk_memo.put(key, ax)
+    check_dense("top_k1", (("InputTensor", input),))
     return ax
 
 

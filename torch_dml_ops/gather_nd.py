@@ -18,7 +18,8 @@ from typing import Optional
 import torch
 
 from . import _autograd, _backend
-from ._checks import as_int, check_gather_nd, check_out_meta, check_tensors
+from ._checks import (as_int, check_bool, check_gather_nd, check_out, check_out_meta,
+                      check_tensors, raise_documented)
 from ._forms import gather_layout
 from ._levels import _state
 from ._library import document, lib
@@ -38,7 +39,7 @@ def _gather_nd_out_fake(input, indices, batch_dims=0, input_dimension_count=None
                         check_indices=True, *, out):
     lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
                           indices_dimension_count, feature_level, check_indices)
-    check_out_meta("gather_nd", out, lay.out_shape, input.dtype)
+    check_out_meta("gather_nd", out, lay.out_shape, input.dtype, input.device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,7 +113,7 @@ GATHER_ND_BACKWARD = _autograd.Differentiable("gather_nd_backward", _autograd.ma
     "GatherNDBackward", torch.ops.torch_dml_ops.gather_nd_backward.default,
     _gather_nd_backward_setup_context, _gather_nd_backward_backward, _gather_nd_backward_jvp),
     n_tensors=2)
-GATHER_ND_OUT = _autograd.OutOverload("gather_nd_out", "gather_nd")
+GATHER_ND_OUT = _autograd.OutOverload("gather_nd_out", "gather_nd", n_tensors=2)
 
 
 def _gather_nd_vmap(info, in_dims, input, indices, batch_dims=0, input_dimension_count=None,
@@ -210,18 +211,29 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
     """
     level = _state.level
     batch_dims = as_int("gather_nd", "batch_dims", batch_dims)
-    if out is not None:
-        check_tensors("gather_nd", input, indices, out=out)
-    # The documented exceptions (ConstraintTypeError is a TypeError, which a C++ kernel cannot
-    # raise); the kernels check again (memoized here, cheap in C++).
-    check_gather_nd(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
-                    level, check_indices)
+    if type(check_indices) is not bool:     # the dispatcher would take an int for a bool
+        check_bool("gather_nd", "check_indices", check_indices)
     args = (input, indices, batch_dims, input_dimension_count, indices_dimension_count, level,
             check_indices)
-    if out is None:
-        return GATHER_ND.call(*args)
-    GATHER_ND_OUT.call((input, indices, out), *args, out=out)
-    return out
+    try:
+        if out is None:
+            return GATHER_ND.call_public(*args)
+        check_tensors("gather_nd", input, indices, out=out)
+        GATHER_ND_OUT.call((input, indices, out), *args, out=out)
+        return out
+    except Exception:
+        # The kernel refused the call (it checks every rule itself).  The Python checks raise
+        # the documented exception for it, with the same message (ConstraintTypeError is a
+        # TypeError, which a C++ kernel cannot raise); a refusal they do not cover (a bad index)
+        # propagates as it is.  They cost nothing on calls that succeed.
+        def check():
+            lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
+                                  indices_dimension_count, level, check_indices)
+            if out is not None:
+                check_out("gather_nd", out, lay.out_shape, input.dtype, input.device,
+                          (("InputTensor", input), ("IndicesTensor", indices)))
+        raise_documented(check)
+        raise
 
 
 # Docstrings for torch.ops.torch_dml_ops.* (help() on the dispatcher's objects).

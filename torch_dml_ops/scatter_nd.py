@@ -24,7 +24,8 @@ import torch
 from torch._library.utils import fill_defaults
 
 from . import _autograd, _backend
-from ._checks import check_out_meta, check_scatter_nd, check_tensors
+from ._checks import (check_bool, check_out, check_out_meta, check_scatter_nd, check_tensors,
+                      raise_documented)
 from ._forms import GatherLayout, gather_layout
 from ._levels import _state
 from ._library import document, lib
@@ -46,7 +47,7 @@ def _scatter_nd_out_fake(input, indices, updates, reduction="none", input_dimens
                          check_indices=True, deterministic=False, *, out):
     check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                      indices_dimension_count, feature_level, check_indices, deterministic)
-    check_out_meta("scatter_nd", out, input.shape, input.dtype)
+    check_out_meta("scatter_nd", out, input.shape, input.dtype, input.device)
 
 
 def _scatter_nd_inplace_fake(input, indices, updates, reduction="none",
@@ -217,7 +218,7 @@ class _ScatterNDInplace(torch.autograd.Function):
     backward = staticmethod(_scatter_nd_backward)
 
 
-def _scatter_nd_inplace_autograd(keyset, input, indices, updates, *args, **kwargs):
+def _scatter_nd_inplace_autograd(input, indices, updates, *args, **kwargs):
     """Autograd key of the in-place op: record it when the target or the updates require grad
     (a leaf that requires grad is refused, as by torch's in-place ops); otherwise run below
     autograd."""
@@ -226,8 +227,8 @@ def _scatter_nd_inplace_autograd(keyset, input, indices, updates, *args, **kwarg
         args, _ = fill_defaults(_INPLACE_OP._schema, (input, indices, updates) + args, kwargs)
         _ScatterNDInplace.apply(*_last_wins(args))
         return None
-    return _INPLACE_REDISPATCH(keyset & torch._C._after_autograd_keyset, input, indices, updates,
-                               *args, **kwargs)
+    return _autograd.below_autograd(_INPLACE_OP, _INPLACE_REDISPATCH, (input, indices, updates),
+                                    (input, indices, updates) + args, kwargs)
 
 
 def _check_in_place_grad(input, updates) -> None:
@@ -253,10 +254,10 @@ torch.library.register_fake("torch_dml_ops::scatter_nd_", _scatter_nd_inplace_fa
 SCATTER_ND = _autograd.Differentiable("scatter_nd", _autograd.make_function(
     "ScatterND", torch.ops.torch_dml_ops.scatter_nd.default, _scatter_nd_setup_context,
     _scatter_nd_backward, _scatter_nd_jvp), prepare=_last_wins, n_tensors=3)
-SCATTER_ND_OUT = _autograd.OutOverload("scatter_nd_out", "scatter_nd")
+SCATTER_ND_OUT = _autograd.OutOverload("scatter_nd_out", "scatter_nd", n_tensors=3)
 _INPLACE_OP = torch.ops.torch_dml_ops.scatter_nd_.default
 _INPLACE_REDISPATCH = _INPLACE_OP._handle.redispatch_boxed
-lib.impl("scatter_nd_", _scatter_nd_inplace_autograd, "Autograd", with_keyset=True)
+lib.impl("scatter_nd_", _scatter_nd_inplace_autograd, "Autograd")
 
 
 def _scatter_nd_vmap(info, in_dims, input, indices, updates, reduction="none",
@@ -333,17 +334,27 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         tensor([ 1., 11.,  3., 10.,  9.,  6.,  7., 12.])
     """
     level = _state.level
-    if out is not None:
-        check_tensors("scatter_nd", input, indices, updates, out=out)
-    # The documented exceptions first (see gather_nd); the kernels check again.
-    check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                     indices_dimension_count, level, check_indices, False)
+    if type(check_indices) is not bool:     # the dispatcher would take an int for a bool
+        check_bool("scatter_nd", "check_indices", check_indices)
     args = (input, indices, updates, reduction, input_dimension_count, indices_dimension_count,
             level, check_indices, False)
-    if out is None:
-        return SCATTER_ND.call(*args)
-    SCATTER_ND_OUT.call((input, indices, updates, out), *args, out=out)
-    return out
+    try:
+        if out is None:
+            return SCATTER_ND.call_public(*args)
+        check_tensors("scatter_nd", input, indices, updates, out=out)
+        SCATTER_ND_OUT.call((input, indices, updates, out), *args, out=out)
+        return out
+    except Exception:
+        # The documented exception for a refused call, with the kernel's message (see gather_nd).
+        def check():
+            check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                             indices_dimension_count, level, check_indices, False)
+            if out is not None:
+                check_out("scatter_nd", out, input.shape, input.dtype, input.device,
+                          (("InputTensor", input), ("IndicesTensor", indices),
+                           ("UpdatesTensor", updates)))
+        raise_documented(check)
+        raise
 
 
 def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
@@ -359,18 +370,30 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
     leaves ``input`` unmodified.
     """
     level = _state.level
-    check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                     indices_dimension_count, level, check_indices, False, op="scatter_nd_")
+    if type(check_indices) is not bool:     # the dispatcher would take an int for a bool
+        check_bool("scatter_nd_", "check_indices", check_indices)
     args = (input, indices, updates, reduction, input_dimension_count, indices_dimension_count,
             level, check_indices, False)
-    keyset = None
-    if not _autograd.derivative_needed((input, updates)):
-        keyset = _backend.eager_keyset((input, indices, updates))
-    if keyset is not None:
-        _INPLACE_REDISPATCH(keyset, *args)
-    else:
-        _INPLACE_OP(*args)
-    return input
+    try:
+        keyset = None
+        if not _autograd.derivative_needed((input, indices, updates)):
+            keyset = _backend.eager_keyset((input, indices, updates))
+        if keyset is not None:
+            _INPLACE_REDISPATCH(keyset, *args)
+        else:
+            _INPLACE_OP(*args)
+        return input
+    except Exception:
+        # The documented exception for a refused call, with the kernel's message (see gather_nd).
+        def check():
+            check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                             indices_dimension_count, level, check_indices, False,
+                             op="scatter_nd_")
+            check_out("scatter_nd_", input, input.shape, input.dtype, input.device,
+                      (("IndicesTensor", indices), ("UpdatesTensor", updates)),
+                      name="InputTensor (the in-place target)")
+        raise_documented(check)
+        raise
 
 
 # Docstrings for torch.ops.torch_dml_ops.* (help() on the dispatcher's objects).

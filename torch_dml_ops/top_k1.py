@@ -19,7 +19,7 @@ import torch
 import torch.utils._pytree as _pytree
 
 from . import _autograd, _backend
-from ._checks import as_int, check_top_k1
+from ._checks import as_int, check_top_k1, raise_documented
 from ._levels import _state
 from ._library import document, lib
 
@@ -158,9 +158,13 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
     d = _direction(direction)
     k, axis = as_int("top_k1", "k", k), as_int("top_k1", "axis", axis)
     level = _state.level
-    # The documented exceptions first (see gather_nd); the kernels check again.
-    check_top_k1(input, k, axis, d, torch.int64 if index_dtype is None else index_dtype, level)
-    return TopK1Result(*TOP_K1.call(input, k, axis, d, index_dtype, level))
+    try:
+        return TopK1Result(*TOP_K1.call_public(input, k, axis, d, index_dtype, level))
+    except Exception:
+        # The documented exception for a refused call, with the kernel's message (see gather_nd).
+        raise_documented(lambda: check_top_k1(
+            input, k, axis, d, torch.int64 if index_dtype is None else index_dtype, level))
+        raise
 
 
 def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True,

@@ -133,6 +133,11 @@ const char* dtype_name(ScalarType t) {
     case ScalarType::ComplexFloat: return "torch.complex64";
     case ScalarType::ComplexDouble: return "torch.complex128";
     case ScalarType::ComplexHalf: return "torch.complex32";
+    case ScalarType::Float8_e5m2: return "torch.float8_e5m2";
+    case ScalarType::Float8_e4m3fn: return "torch.float8_e4m3fn";
+    case ScalarType::Float8_e5m2fnuz: return "torch.float8_e5m2fnuz";
+    case ScalarType::Float8_e4m3fnuz: return "torch.float8_e4m3fnuz";
+    case ScalarType::Float8_e8m0fnu: return "torch.float8_e8m0fnu";
     default: return "an unsupported dtype";
   }
 }
