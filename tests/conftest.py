@@ -24,11 +24,43 @@ try:
 except ImportError:  # pragma: no cover
     pass
 
-from torch_dml_ops import _backend  # noqa: E402
+from torch_dml_ops import _backend, _library  # noqa: E402
 
 TRITON_OK = _backend.triton_available() and (_HAS_CUDA or _backend.interpreting())
 #: Devices the Triton kernels are tested on: cuda when present, else cpu through the interpreter.
 TRITON_DEVICE = "cuda" if _HAS_CUDA else "cpu"
+
+#: Whether the C++ extension (the op schemas, and the CPU kernels once they are built) is loaded.
+NATIVE_OK = _library.extension_loaded()
+NATIVE_SKIP = f"the C++ extension is not built ({_library.EXTENSION_ERROR})"
+#: Whether the extension registered its own CPU kernel for each op.  Read here, before any test
+#: enters a ``torch_dml_ops.backend`` block (which registers CPU kernels of its own); until an
+#: op's C++ kernel is built, the CPU key falls back to the portable path, ``native`` included.
+CPP_KERNELS = {op: torch._C._dispatch_has_kernel_for_dispatch_key(
+    f"{_library.NAMESPACE}::{op}", "CPU") for op in _library.OPS}
+
+#: Every backend, as parameters of the ``any_backend`` fixture: ``native`` skipped where the
+#: extension is not built, ``triton`` marked (skipped where the Triton kernels cannot run).
+BACKENDS = ("torch", "native", "triton")
+
+
+def backend_param(name, *values, id=None):
+    """``pytest.param(name, *values)`` with the marks backend ``name`` needs."""
+    marks = ()
+    if name == "native":
+        marks = (pytest.mark.skipif(not NATIVE_OK, reason=NATIVE_SKIP),)
+    elif name == "triton":
+        marks = (pytest.mark.triton,)
+    return pytest.param(name, *values, marks=marks, id=id or name)
+
+
+def require_cpp_kernel(*ops):
+    """Fail (not skip) unless the C++ CPU kernels of ``ops`` are registered: a test that needs
+    them passes once they land."""
+    missing = [op for op in ops if not CPP_KERNELS.get(op)]
+    if missing:
+        pytest.fail(f"the C++ CPU kernel of {', '.join(missing)} is not registered (csrc/ not "
+                    f"built with it yet); the CPU key runs the portable path")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -63,6 +95,30 @@ def backend():
     yield set_backend
     while blocks:
         blocks.pop().__exit__(None, None, None)
+
+
+@pytest.fixture(params=[backend_param(name) for name in BACKENDS])
+def any_backend(request, backend):
+    """Every backend in turn (``torch_dml_ops.backend`` entered for the test): ``torch`` (the
+    portable path), ``native`` (the C++ kernels on the CPU), ``triton`` (CUDA, or the CPU
+    through the interpreter).  Returns the name; ``dev`` is the device to test it on."""
+    backend(request.param)
+    return request.param
+
+
+@pytest.fixture
+def dev(any_backend):
+    """The device the backend under test runs on (Triton: cuda where present)."""
+    return TRITON_DEVICE if any_backend == "triton" else "cpu"
+
+
+@pytest.fixture
+def num_threads():
+    """``num_threads(n)``: torch's intra-op thread count (which the C++ kernels use) for one
+    test, restored after."""
+    saved = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(saved)
 
 
 @pytest.fixture

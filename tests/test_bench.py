@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from torch_dml_ops import _native, bench
+from torch_dml_ops import _library, bench
 from torch_dml_ops.bench import cases, core, peers, report
 from torch_dml_ops.bench.core import TIE_ORDER, Case, Provider, Settings
 
@@ -103,8 +103,8 @@ def test_main_end_to_end(tmp_path, capsys):
     assert {r["op"] for r in ours} == {"gather_nd", "scatter_nd"}
     assert all(r["median_s"] > 0 and r["error"] == "" for r in ours)
     assert "## Every provider" in md.read_text()
-    if _native.available():
-        # on the CPU, ours runs once per backend: the native kernels (first) and the portable path
+    if _library.extension_loaded():
+        # on the CPU, ours runs once per backend: the C++ kernels (first) and the portable path
         names = {r["provider"] for r in ours}
         assert {"tdo.gather_nd", "tdo.gather_nd [portable]", "tdo.scatter_nd",
                 "tdo.scatter_nd [portable]"} <= names

@@ -4,22 +4,23 @@ import pytest
 import torch
 
 import torch_dml_ops as tdo
+from conftest import NATIVE_OK, backend_param
 from helpers import DATA_DTYPES, INDEX_DTYPES, make_data, make_indices
 from reference import GATHER_ND_EXAMPLES, gather_nd_ref, to_bits
 
 gather_op = torch.ops.torch_dml_ops.gather_nd
 
 
-@pytest.fixture(params=["small", "large", "native"])
-def portable_path(request, monkeypatch):
+@pytest.fixture(params=["small", "large", backend_param("native")])
+def portable_path(request, backend, monkeypatch):
     """Run a test through the native kernels and both strategies of the portable path: the one-call advanced-indexing
     path for small problems, and reduction-checked linearize + index_select for large ones."""
-    from torch_dml_ops import _fallback
-    # small/large: the portable path forced (the native kernels would take every CPU call);
-    # native: the same test through the native C kernels.
-    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "native" if request.param == "native" else "torch")
+    from torch_dml_ops.portable import gather_nd as portable_gather
+    # small/large: the portable path forced (the C++ kernels would take every CPU call);
+    # native: the same test through the C++ kernels.
+    backend("native" if request.param == "native" else "torch")
     if request.param == "large":
-        monkeypatch.setattr(_fallback, "SMALL_TUPLES", -1)
+        monkeypatch.setattr(portable_gather, "SMALL_TUPLES", -1)
     return request.param
 
 
@@ -443,22 +444,22 @@ def gather_problems(draw):
     dtype = draw(st.sampled_from(DATA_DTYPES))
     idx_dtype = draw(st.sampled_from(INDEX_DTYPES))
     seed = draw(st.integers(0, 2**16))
-    small = draw(st.sampled_from([2048, -1, "native"]))     # which portable strategy, or native
+    # which portable strategy, or native
+    small = draw(st.sampled_from([2048, -1] + (["native"] if NATIVE_OK else [])))
     return shape, b, k, prefix, dtype, idx_dtype, seed, small
 
 
 @given(gather_problems())
 def test_gather_nd_property_matches_oracle(problem):
-    from torch_dml_ops import _fallback
+    from torch_dml_ops.portable import gather_nd as portable_gather
     shape, b, k, prefix, dtype, idx_dtype, seed, small = problem
-    import os
-    os.environ["TORCH_DML_OPS_BACKEND"] = "native" if small == "native" else "torch"
-    _fallback.SMALL_TUPLES, saved = (-1 if small == "native" else small), _fallback.SMALL_TUPLES
+    saved = portable_gather.SMALL_TUPLES
+    portable_gather.SMALL_TUPLES = -1 if small == "native" else small
     try:
-        _check_property(shape, b, k, prefix, dtype, idx_dtype, seed)
+        with tdo.backend("native" if small == "native" else "torch"):
+            _check_property(shape, b, k, prefix, dtype, idx_dtype, seed)
     finally:
-        _fallback.SMALL_TUPLES = saved
-        os.environ.pop("TORCH_DML_OPS_BACKEND", None)
+        portable_gather.SMALL_TUPLES = saved
 
 
 def _check_property(shape, b, k, prefix, dtype, idx_dtype, seed):

@@ -1,4 +1,6 @@
 """The built wheel holds exactly one top-level package, with the kernels mapped under it."""
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,44 +45,96 @@ def test_installed_package_resolves_kernels_inside_it():
     assert tk.__name__ == "torch_dml_ops.triton_kernels"
 
 
-_HAS_CC = any(shutil.which(c) for c in ("cc", "gcc", "clang"))
+_HAS_CXX = any(shutil.which(c) for c in ("c++", "g++", "clang++"))
 
 
-@pytest.mark.skipif(not _HAS_CC, reason="no C compiler: the native CPU kernels are optional")
-def test_wheel_carries_the_native_cpu_kernels(wheel):
+@pytest.mark.skipif(not _HAS_CXX, reason="no C++ compiler: the C++ kernels are optional")
+def test_wheel_carries_the_cpp_extension(wheel):
     names = wheel.namelist()
-    assert any(n.startswith("torch_dml_ops/_cpu_kernels") and n.endswith(".so") for n in names)
+    assert any(re.fullmatch(r"torch_dml_ops/_C\.[^/]*\.(so|pyd)", n) for n in names), names
 
 
-@pytest.mark.skipif(not _HAS_CC, reason="no C compiler: the native CPU kernels are optional")
-def test_native_cpu_kernels_are_built_and_chosen_on_cpu(monkeypatch):
-    """With a compiler present, `pip install -e .` built the extension, and `auto` picks it for
-    CPU tensors; the other modes keep their meaning."""
-    from torch_dml_ops import _backend, _native
-    assert _native.available(), _native.import_error()
-    cpu = torch.device("cpu")
-    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "auto")
-    assert _backend.use_native(cpu) and not _backend.use_triton(cpu)
-    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "torch")
-    assert not _backend.use_native(cpu)
-    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "native")
-    assert _backend.use_native(cpu) and not _backend.use_native(torch.device("meta"))
-    # never the Triton kernel under native, even where TRITON_INTERPRET=1 would allow it on CPU
-    assert not _backend.use_triton(cpu) and not _backend.use_triton(torch.device("cuda"))
-    assert ("native", "cpu", "native C kernels") in _backend.available_backends()
+@pytest.mark.skipif(not _HAS_CXX, reason="no C++ compiler: the C++ kernels are optional")
+def test_cpp_kernels_are_built_and_chosen_on_cpu(backend, monkeypatch):
+    """With a compiler present, `pip install -e .` built the extension; it registered the CPU
+    kernel of every op, which ``auto`` and ``native`` run, and ``torch`` overrides with the
+    portable kernel.  Never the Triton kernel on CPU tensors under ``native``, even where
+    TRITON_INTERPRET=1 would allow it."""
+    from conftest import CPP_KERNELS, TRITON_OK
+    from torch_dml_ops import _backend, _library, portable
+    assert _library.extension_loaded(), _library.EXTENSION_ERROR
+    assert ("native", "cpu", "C++ kernels (stable ABI)") in _backend.available_backends()
+    assert all(CPP_KERNELS.values()), f"ops without a C++ CPU kernel: {CPP_KERNELS}"
+    ran = []
+    for op, fn in list(portable.KERNELS.items()):      # read when a backend block is entered
+        monkeypatch.setitem(portable.KERNELS, op, lambda *a, _op=op, _fn=fn, **k:
+                            ran.append(_op) or _fn(*a, **k))
+    launched = []
+    if TRITON_OK:
+        from torch_dml_ops.triton_kernels import gather_nd as tg, scatter_nd as ts, top_k1 as tt
+        for mod, name in ((tg, "gather_nd_triton"), (ts, "scatter_nd_triton"),
+                          (ts, "scatter_nd_check_triton"), (tt, "top_k1_triton")):
+            real = getattr(mod, name)
+            monkeypatch.setattr(mod, name, lambda *a, _r=real, _n=name, **k:
+                                launched.append(_n) or _r(*a, **k))
+
+    def calls():
+        x = torch.arange(12.).reshape(4, 3)
+        i = torch.tensor([[2], [0]])
+        assert tdo.gather_nd(x, i).tolist() == [[6., 7., 8.], [0., 1., 2.]]
+        assert tdo.scatter_nd(x, i, torch.ones(2, 3))[2].tolist() == [1., 1., 1.]
+        assert tdo.top_k1(x, 1).indices.tolist() == [[2]] * 4
+
+    import torch_dml_ops as tdo
+    for name, portable_runs in (("auto", False), ("native", False), ("torch", True)):
+        backend(name)
+        ran.clear()
+        calls()
+        assert bool(ran) == portable_runs, (name, ran)
+        assert not launched, (name, launched)
 
 
-def test_without_native_kernels_auto_falls_back_and_native_mode_says_why(monkeypatch):
-    from torch_dml_ops import _backend, _native
-    monkeypatch.setattr(_native, "_load", lambda: (None, "the native extension is not built (x)"))
-    cpu = torch.device("cpu")
-    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "auto")
-    assert not _backend.use_native(cpu)
-    assert all(name != "native" for name, _, _ in _backend.available_backends())
-    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "native")
-    with pytest.raises(RuntimeError, match="TORCH_DML_OPS_BACKEND=native but the native "
-                                           "extension is not built"):
-        _backend.use_native(cpu)
+def test_without_the_extension_the_portable_path_runs_and_native_says_why(tmp_path):
+    """A copy of the package without the built extension (no C++ compiler at install): Python
+    defines the ops from ``_library.SCHEMAS`` with one warning, every op runs the portable path,
+    ``native`` is not offered and refuses with the reason."""
+    pkg = tmp_path / "torch_dml_ops"
+    skip = shutil.ignore_patterns("_C*.so", "_C*.pyd", "__pycache__")
+    shutil.copytree(ROOT / "torch_dml_ops", pkg, ignore=skip)
+    shutil.copytree(ROOT / "triton_kernels", pkg / "triton_kernels", ignore=skip)
+    script = """
+import sys, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch, torch_dml_ops as tdo
+from torch_dml_ops import _backend, _library
+assert tdo.__file__.startswith(sys.argv[1]), tdo.__file__
+assert not _library.extension_loaded() and "not built" in _library.EXTENSION_ERROR
+assert any("CPU calls run the portable torch path" in str(w.message) for w in caught)
+for name, schema in _library.SCHEMAS.items():
+    assert str(_library.op(name)._schema).replace('"', "'") == "torch_dml_ops::" + schema
+assert not torch._C._dispatch_has_kernel_for_dispatch_key("torch_dml_ops::gather_nd", "CPU")
+x = torch.arange(12.).reshape(4, 3)
+i = torch.tensor([[2], [0]])
+assert tdo.gather_nd(x, i).tolist() == [[6., 7., 8.], [0., 1., 2.]]
+assert tdo.scatter_nd(x, i, torch.ones(2, 3), "add")[2].tolist() == [7., 8., 9.]
+assert tdo.top_k1(x, 2, 0).indices.tolist() == [[3, 3, 3], [2, 2, 2]]
+assert all(name != "native" for name, _, _ in tdo.available_backends())
+try:
+    tdo.backend("native").__enter__()
+except RuntimeError as e:
+    assert str(e).startswith("backend 'native': the C++ extension is not built"), str(e)
+else:
+    raise AssertionError("backend('native') entered without the extension")
+with tdo.backend("torch"):
+    assert tdo.gather_nd(x, i)[1].tolist() == [0., 1., 2.]
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DML_OPS_BACKEND"}
+    env["PYTHONPATH"] = str(tmp_path)
+    res = subprocess.run([sys.executable, "-c", script, str(pkg)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stdout + res.stderr
 
 
 def _readme_test_command() -> str:

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import torch_dml_ops as tdo
+from conftest import NATIVE_OK, backend_param
 from helpers import DATA_DTYPES, INDEX_DTYPES, make_data, make_indices
 from reference import SCATTER_ND_EXAMPLE, scatter_nd_ref, to_bits
 
@@ -12,16 +13,16 @@ scatter_op = torch.ops.torch_dml_ops.scatter_nd
 REDUCTIONS = ["none", "add", "mul", "max", "min"]
 
 
-@pytest.fixture(params=["small", "large", "native"])
-def portable_path(request, monkeypatch):
+@pytest.fixture(params=["small", "large", backend_param("native")])
+def portable_path(request, backend, monkeypatch):
     """The native kernels and both strategies of the portable path: one index_put_ for small scatters, and checked
     linearize + claim/index_copy_/index_add_/scatter_reduce_ for large ones."""
-    from torch_dml_ops import _fallback
-    # small/large: the portable path forced (the native kernels would take every CPU call);
-    # native: the same test through the native C kernels.
-    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", "native" if request.param == "native" else "torch")
+    from torch_dml_ops.portable import scatter_nd as portable_scatter
+    # small/large: the portable path forced (the C++ kernels would take every CPU call);
+    # native: the same test through the C++ kernels.
+    backend("native" if request.param == "native" else "torch")
     if request.param == "large":
-        monkeypatch.setattr(_fallback, "SMALL_SCATTER", -1)
+        monkeypatch.setattr(portable_scatter, "SMALL_SCATTER", -1)
     return request.param
 
 
@@ -415,22 +416,22 @@ def scatter_problems(draw):
     idx_dtype = draw(st.sampled_from(INDEX_DTYPES))
     reduction = draw(st.sampled_from(REDUCTIONS))
     seed = draw(st.integers(0, 2**16))
-    small = draw(st.sampled_from([16384, -1, "native"]))       # which portable strategy, or native
+    # which portable strategy, or native
+    small = draw(st.sampled_from([16384, -1] + (["native"] if NATIVE_OK else [])))
     return shape, k, n, dtype, idx_dtype, reduction, seed, small
 
 
 @given(scatter_problems())
 def test_scatter_nd_property_matches_oracle(problem):
-    from torch_dml_ops import _fallback
+    from torch_dml_ops.portable import scatter_nd as portable_scatter
     *problem, small = problem
-    import os
-    os.environ["TORCH_DML_OPS_BACKEND"] = "native" if small == "native" else "torch"
-    _fallback.SMALL_SCATTER, saved = (-1 if small == "native" else small), _fallback.SMALL_SCATTER
+    saved = portable_scatter.SMALL_SCATTER
+    portable_scatter.SMALL_SCATTER = -1 if small == "native" else small
     try:
-        _check_scatter_property(*problem)
+        with tdo.backend("native" if small == "native" else "torch"):
+            _check_scatter_property(*problem)
     finally:
-        _fallback.SMALL_SCATTER = saved
-        os.environ.pop("TORCH_DML_OPS_BACKEND", None)
+        portable_scatter.SMALL_SCATTER = saved
 
 
 def _check_scatter_property(shape, k, n, dtype, idx_dtype, reduction, seed):

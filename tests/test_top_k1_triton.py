@@ -15,7 +15,8 @@ DIRS = ["decreasing", "increasing"]
 
 @pytest.fixture
 def launches(monkeypatch):
-    import torch_dml_ops.triton_kernels as tk
+    # the op kernels call the launcher by its name in the op's module
+    from torch_dml_ops.triton_kernels import top_k1 as tk
     calls = []
     real = tk.top_k1_triton
 
@@ -113,3 +114,36 @@ def test_top_k1_triton_grad(backend):
         (tdo.top_k1(xr, 3).values * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, device=DEV)).sum().backward()
         grads.append(xr.grad)
     assert torch.equal(grads[0], grads[1])
+
+
+# ------------------------------------------------------------------ rows too long for the key
+
+def test_top_k1_supports_refuses_rows_beyond_the_key():
+    from torch_dml_ops.triton_kernels import top_k1 as kmod
+    assert kmod.MAX_ROW == 2**32
+    assert kmod.top_k1_triton_supports(torch.float32, 5, 2**32)
+    assert not kmod.top_k1_triton_supports(torch.float32, 5, 2**32 + 1)
+    assert not kmod.top_k1_triton_supports(torch.uint8, 1, 2**40)
+    x = torch.zeros(1).expand(2**32 + 5)             # no memory behind it
+    assert not kmod.top_k1_triton_supports(x.dtype, 1, x.shape[0])
+    assert kmod.top_k1_triton_supports(x.dtype, 1, 2**31)
+    for dtype in (torch.int64, torch.uint64, torch.float64):
+        assert not kmod.top_k1_triton_supports(dtype, 1, 10)
+
+
+def test_top_k1_launcher_refuses_rows_beyond_the_key():
+    """Should a caller skip the check, the launcher refuses before it copies or launches."""
+    from torch_dml_ops.triton_kernels import top_k1 as kmod
+    x = torch.zeros(1, device=DEV).expand(3, 2**32 + 5).t()
+    with pytest.raises(ValueError, match=r"4294967301 elements along axis 0\) .* at most "
+                                         r"4294967296 elements"):
+        kmod.top_k1_triton(x, 1, 0, True, torch.int64)
+
+
+def test_top_k1_row_at_most_max_row_runs_the_kernel(backend, launches):
+    """The public op runs the kernel for ordinary rows (the limit refuses nothing else)."""
+    backend("triton")
+    x = torch.randn(3, 50, device=DEV)
+    v, i = tdo.top_k1(x, 4)
+    assert launches
+    assert torch.equal(i.cpu(), torch.topk(x.cpu(), 4, sorted=True).indices)

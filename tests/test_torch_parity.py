@@ -9,20 +9,17 @@ import torch.autograd.forward_ad as fwAD
 from torch.func import grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
 
 import torch_dml_ops as tdo
-from torch_dml_ops import _native
-
-from conftest import TRITON_OK
-
-CPU_BACKENDS = ["torch"] + (["native"] if _native.available() else []) + (
-    ["triton"] if TRITON_OK and not torch.cuda.is_available() else [])
 
 F64 = torch.float64
 
 
-@pytest.fixture(params=CPU_BACKENDS)
-def any_backend(request, monkeypatch):
-    monkeypatch.setenv("TORCH_DML_OPS_BACKEND", request.param)
-    return request.param
+@pytest.fixture
+def any_backend(any_backend):
+    """conftest's every backend, on CPU tensors: Triton runs on them through the interpreter
+    only (with a GPU, tests/test_backends.py tests it on CUDA tensors)."""
+    if any_backend == "triton" and torch.cuda.is_available():
+        pytest.skip("CPU tensors run the Triton kernels only in the interpreter (no GPU)")
+    return any_backend
 
 
 # ---------------------------------------------------------------------------- references
