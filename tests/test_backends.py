@@ -159,9 +159,11 @@ def _same(a, b, what, computed_nan=False):
             _same(x, y, what, computed_nan)
         return
     if computed_nan and a.is_floating_point():
-        # A NaN that float16/bfloat16 arithmetic computed has no specified payload: torch's own
-        # CPU kernels give 0xFFFF on their vectorized paths and 0x7FC0 on their scalar ones.
-        # Where the NaNs are must agree; every other element bit for bit.
+        # The payload of a NaN out of a float16/bfloat16 reduction is not part of the contract:
+        # torch's own CPU reductions go through float32 and write 0xFFFF on their vectorized
+        # paths and 0x7FC0 on their scalar ones, whatever NaN came in; the C++ kernel keeps the
+        # NaN it selected (max/min) and writes 0x7FC0 for a computed one (add/mul).  Where the
+        # NaNs are must agree; every other element bit for bit.
         nan_a, nan_b = torch.isnan(a), torch.isnan(b)
         assert torch.equal(nan_a, nan_b), f"{what}: NaN positions differ"
         bits_equal(a.masked_fill(nan_a, 0), b.masked_fill(nan_b, 0), what)

@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s), backend {tdo.current_backend()}, "
           f"medians of {args.rounds} interleaved blocks")
-    print(f"| call | ours (us) | builtin | builtin (us) | ratio |\n| --- | --- | --- | --- | --- |")
+    print("| call | ours (us) | builtin | builtin (us) | ratio |\n| --- | --- | --- | --- | --- |")
     for title, fns, pairs in cases(not args.no_compile):
         med = time_interleaved(fns, args.rounds)
         for ours, builtin in pairs:
