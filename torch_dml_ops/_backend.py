@@ -29,7 +29,8 @@ import.  Names:
   ``native``  the C++ kernels on the CPU (an error when they are not built), CUDA as ``auto``.
 
 The override is process-wide (it changes the dispatcher's registrations), not per thread: do not
-switch backends while other threads call the ops.  Nothing here runs inside a call.
+switch backends while other threads call the ops.  The switch never runs inside a call:
+no op call reads the environment (only entering a block and listing backends do).
 """
 from __future__ import annotations
 
