@@ -188,6 +188,41 @@ inline int64_t prod(const Shape& s, size_t begin = 0, size_t end = SIZE_MAX) {
   return p;
 }
 
+// Up to this many dimensions, a Dims lives on the stack (a small call allocates nothing).
+constexpr size_t kInlineDims = 16;
+
+// A list of sizes or strides: inline up to kInlineDims, on the heap beyond.
+class Dims {
+ public:
+  Dims() = default;
+  Dims(const Dims&) = delete;
+  Dims& operator=(const Dims&) = delete;
+  void resize(size_t n) {
+    n_ = n;
+    if (n > kInlineDims) {
+      heap_.resize(n);
+      p_ = heap_.data();
+    } else {
+      p_ = inline_;
+    }
+  }
+  void assign(const int64_t* b, const int64_t* e) {
+    resize(static_cast<size_t>(e - b));
+    std::copy(b, e, p_);
+  }
+  int64_t& operator[](size_t i) { return p_[i]; }
+  int64_t operator[](size_t i) const { return p_[i]; }
+  const int64_t* data() const { return p_; }
+  size_t size() const { return n_; }
+  Shape vec() const { return Shape(p_, p_ + n_); }
+
+ private:
+  int64_t inline_[kInlineDims];
+  std::vector<int64_t> heap_;
+  int64_t* p_ = inline_;
+  size_t n_ = 0;
+};
+
 // torch's spelling of a dtype: "torch.float32".
 const char* dtype_name(ScalarType t);
 // DirectML's name of a dtype: "FLOAT32", "BOOL (no DML equivalent)".

@@ -50,44 +50,10 @@ constexpr int kBlock = 32;
 // Outputs at least this large are written with streaming stores (well beyond the last-level
 // cache, they are not read back soon).
 constexpr int64_t kStreamMinBytes = int64_t(16) << 20;
-// Up to this many dimensions, shapes live on the stack (no heap allocation on a small call).
-constexpr size_t kInlineDims = 16;
 
 // ------------------------------------------------------------------------------------------
 // Small helpers
 // ------------------------------------------------------------------------------------------
-
-// A list of sizes or strides: inline up to kInlineDims, on the heap beyond.
-class Dims {
- public:
-  Dims() = default;
-  Dims(const Dims&) = delete;
-  Dims& operator=(const Dims&) = delete;
-  void resize(size_t n) {
-    n_ = n;
-    if (n > kInlineDims) {
-      heap_.resize(n);
-      p_ = heap_.data();
-    } else {
-      p_ = inline_;
-    }
-  }
-  void assign(const int64_t* b, const int64_t* e) {
-    resize(static_cast<size_t>(e - b));
-    std::copy(b, e, p_);
-  }
-  int64_t& operator[](size_t i) { return p_[i]; }
-  int64_t operator[](size_t i) const { return p_[i]; }
-  const int64_t* data() const { return p_; }
-  size_t size() const { return n_; }
-  Shape vec() const { return Shape(p_, p_ + n_); }
-
- private:
-  int64_t inline_[kInlineDims];
-  std::vector<int64_t> heap_;
-  int64_t* p_ = inline_;
-  size_t n_ = 0;
-};
 
 // A new contiguous CPU tensor of `shape` with `like`'s dtype: aoti_torch_empty_strided
 // allocates without a dispatcher round-trip.  Hinted to use huge pages when large.

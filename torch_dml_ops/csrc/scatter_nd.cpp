@@ -56,8 +56,6 @@ constexpr int kBlock = 32;
 constexpr int64_t kSmallScatter = 16384;
 // Up to this many tuples, the row numbers live on the stack (no heap allocation on a small call).
 constexpr int64_t kStackRows = 256;
-// Up to this many dimensions, shapes live on the stack.
-constexpr size_t kInlineDims = 16;
 
 // REDUCTIONS of the Python layer, in its order.
 enum Reduction { kNone = 0, kAdd, kMul, kMax, kMin };
@@ -68,37 +66,6 @@ using IntRef = torch::headeronly::IntHeaderOnlyArrayRef;
 // ------------------------------------------------------------------------------------------
 // Small helpers
 // ------------------------------------------------------------------------------------------
-
-// A list of sizes or strides: inline up to kInlineDims, on the heap beyond.
-class Dims {
- public:
-  Dims() = default;
-  Dims(const Dims&) = delete;
-  Dims& operator=(const Dims&) = delete;
-  void resize(size_t n) {
-    n_ = n;
-    if (n > kInlineDims) {
-      heap_.resize(n);
-      p_ = heap_.data();
-    } else {
-      p_ = inline_;
-    }
-  }
-  void assign(const int64_t* b, const int64_t* e) {
-    resize(static_cast<size_t>(e - b));
-    std::copy(b, e, p_);
-  }
-  int64_t& operator[](size_t i) { return p_[i]; }
-  int64_t operator[](size_t i) const { return p_[i]; }
-  const int64_t* data() const { return p_; }
-  size_t size() const { return n_; }
-
- private:
-  int64_t inline_[kInlineDims];
-  std::vector<int64_t> heap_;
-  int64_t* p_ = inline_;
-  size_t n_ = 0;
-};
 
 bool cpu_strided(const Tensor& t) {
   return t.is_cpu() && t.layout() == torch::headeronly::Layout::Strided;
