@@ -3,6 +3,8 @@
 // any arguments raises a clear error and never reads or writes out of bounds.
 #pragma once
 
+#include <initializer_list>
+
 #include "common.h"
 
 namespace tdo {
@@ -45,6 +47,10 @@ struct Named {
 void check_cpu_strided(const char* op, const std::vector<Named>& tensors);
 // The tensor's storage holds every byte it addresses (RuntimeError otherwise).
 void check_storage(const char* op, const char* role, const Tensor& t);
+// check_storage for each (role, tensor) pair (no allocation: the small calls' path).
+inline void check_storages(const char* op, std::initializer_list<Named> tensors) {
+  for (const Named& n : tensors) check_storage(op, n.name, *n.t);
+}
 // t with a set negative bit materialized (the kernels read raw memory).
 Tensor resolved(const Tensor& t);
 // A preallocated out= tensor or an in-place target: exact shape and dtype, CPU, writable

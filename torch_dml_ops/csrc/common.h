@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <sys/mman.h>
@@ -248,6 +249,18 @@ inline int index_kind(ScalarType t) {
 }
 
 inline bool index_signed(int kind) { return kind == kI32 || kind == kI64; }
+
+// f(std::integral_constant<int, K>{}) for the index kind K of `kind`: one instantiation of a
+// kernel loop per index dtype, chosen once per call.
+template <class F>
+decltype(auto) with_index_kind(int kind, F&& f) {
+  switch (kind) {
+    case kI32: return f(std::integral_constant<int, kI32>{});
+    case kU32: return f(std::integral_constant<int, kU32>{});
+    case kU64: return f(std::integral_constant<int, kU64>{});
+    default: return f(std::integral_constant<int, kI64>{});
+  }
+}
 
 // Index i of an index array as a signed 64-bit value; uint64 values of 2**63 or more come back
 // negative, which callers treat as out of range for an unsigned kind (they never wrap).

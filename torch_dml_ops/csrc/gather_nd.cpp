@@ -461,12 +461,9 @@ int64_t run_gather(const Gather& g, int64_t n) {
   const int64_t grain = std::max<int64_t>(1, kGrain / (1 + g.row_bytes / 64));
   const int parts = n < 2 * grain ? 1 : parts_for(n, grain);
   parallel_parts(n, parts, [&](int64_t begin, int64_t end, int) {
-    switch (g.kind) {
-      case kI32: return gather_part<kI32>(g, begin, end, first_bad);
-      case kU32: return gather_part<kU32>(g, begin, end, first_bad);
-      case kU64: return gather_part<kU64>(g, begin, end, first_bad);
-      default: return gather_part<kI64>(g, begin, end, first_bad);
-    }
+    with_index_kind(g.kind, [&](auto kind) {
+      gather_part<decltype(kind)::value>(g, begin, end, first_bad);
+    });
   });
   return first_bad.load();
 }
@@ -712,12 +709,9 @@ int64_t run_backward(const Backward& w) {
   const int parts =
       static_cast<int>(std::min<int64_t>(work < 2 * kGrain ? 1 : parts_for(work, kGrain), w.rows));
   parallel_parts(w.rows, parts, [&](int64_t begin, int64_t end, int) {
-    switch (w.kind) {
-      case kI32: return backward_rows<kI32, T, A>(w, begin, end, first_bad);
-      case kU32: return backward_rows<kU32, T, A>(w, begin, end, first_bad);
-      case kU64: return backward_rows<kU64, T, A>(w, begin, end, first_bad);
-      default: return backward_rows<kI64, T, A>(w, begin, end, first_bad);
-    }
+    with_index_kind(w.kind, [&](auto kind) {
+      backward_rows<decltype(kind)::value, T, A>(w, begin, end, first_bad);
+    });
   });
   return first_bad.load();
 }
@@ -740,12 +734,7 @@ int64_t check_tuples(const Backward& w) {
     }
     return kNoError;
   };
-  switch (w.kind) {
-    case kI32: return scan(std::integral_constant<int, kI32>());
-    case kU32: return scan(std::integral_constant<int, kU32>());
-    case kU64: return scan(std::integral_constant<int, kU64>());
-    default: return scan(std::integral_constant<int, kI64>());
-  }
+  return with_index_kind(w.kind, scan);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -761,8 +750,7 @@ Tensor gather_nd(Tensor input, Tensor indices, int64_t batch_dims,
   Plan p;
   check_gather(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
                feature_level.value, p);
-  check_storage(kOp, "InputTensor", input);
-  check_storage(kOp, "IndicesTensor", indices);
+  check_storages(kOp, {{"InputTensor", &input}, {"IndicesTensor", &indices}});
   const Tensor x = resolved(input), i = resolved(indices);
   Tensor out = empty_like_dtype(x, p.out_shape);
   gather_into(static_cast<char*>(out.data_ptr()), x, i, p, nullptr,
@@ -779,9 +767,9 @@ void gather_nd_out(Tensor input, Tensor indices, int64_t batch_dims,
                feature_level.value, p);
   check_out(kOp, out, p.out_shape.vec(), input.scalar_type(),
             {{"InputTensor", &input}, {"IndicesTensor", &indices}});
-  check_storage(kOp, "InputTensor", input);
-  check_storage(kOp, "IndicesTensor", indices);
-  check_storage(kOp, "OutputTensor (out)", out);
+  check_storages(kOp,
+                 {{"InputTensor", &input}, {"IndicesTensor", &indices},
+                  {"OutputTensor (out)", &out}});
   // The rest of check_out's writability rule (after the storage checks: resolve_neg reads out):
   // an inference tensor only inside inference mode, where the write is a no-op for its absent
   // version counter.  A negative view is probed by recording the write now (its copy_ below
@@ -821,8 +809,7 @@ Tensor gather_nd_backward(Tensor grad, Tensor indices, std::vector<int64_t> inpu
                 py_tuple(lay.out_shape), " (the gather_nd output of InputTensor shape ",
                 py_tuple(input_shape), " and IndicesTensor shape ", py_tuple(indices.sizes()),
                 ")");
-  check_storage(kBackwardOp, "grad", grad);
-  check_storage(kBackwardOp, "IndicesTensor", indices);
+  check_storages(kBackwardOp, {{"grad", &grad}, {"IndicesTensor", &indices}});
   Tensor g = resolved(grad), idx = resolved(indices);
   if (!g.is_contiguous()) g = torch::stable::contiguous(g);
   if (!idx.is_contiguous()) idx = torch::stable::contiguous(idx);

@@ -312,12 +312,9 @@ void rows_range(const RowsPass& c, int64_t begin, int64_t end, std::atomic<int64
 int64_t run_rows(const RowsPass& c, int64_t n) {
   std::atomic<int64_t> first_bad{kNoError};
   parallel_parts(n, parts_for(n, kGrain / 2), [&](int64_t b, int64_t e, int) {
-    switch (c.kind) {
-      case kI32: return rows_range<kI32>(c, b, e, first_bad);
-      case kU32: return rows_range<kU32>(c, b, e, first_bad);
-      case kU64: return rows_range<kU64>(c, b, e, first_bad);
-      default: return rows_range<kI64>(c, b, e, first_bad);
-    }
+    with_index_kind(c.kind, [&](auto kind) {
+      rows_range<decltype(kind)::value>(c, b, e, first_bad);
+    });
   });
   return first_bad.load();
 }
@@ -644,9 +641,9 @@ Tensor scatter_nd(Tensor input, Tensor indices, Tensor updates, StrArg reduction
   const Reduction red = check_scatter(kOp, input, indices, updates, reduction.value,
                                       input_dimension_count, indices_dimension_count,
                                       feature_level.value, p);
-  check_storage(kOp, "InputTensor", input);
-  check_storage(kOp, "IndicesTensor", indices);
-  check_storage(kOp, "UpdatesTensor", updates);
+  check_storages(kOp,
+                 {{"InputTensor", &input}, {"IndicesTensor", &indices},
+                  {"UpdatesTensor", &updates}});
   const Tensor x = resolved(input);
   Tensor out = empty_contiguous(x);
   scatter({kOp, input, indices, input_dimension_count, indices_dimension_count}, p, red, out, &x,
@@ -667,10 +664,9 @@ void scatter_nd_out(Tensor input, Tensor indices, Tensor updates, StrArg reducti
     check_out(kOp, out, shape_of(input), p.dtype,
               {{"InputTensor", &input}, {"IndicesTensor", &indices}, {"UpdatesTensor", &updates}},
               kOutName);
-  check_storage(kOp, "InputTensor", input);
-  check_storage(kOp, "IndicesTensor", indices);
-  check_storage(kOp, "UpdatesTensor", updates);
-  check_storage(kOp, kOutName, out);
+  check_storages(kOp,
+                 {{"InputTensor", &input}, {"IndicesTensor", &indices},
+                  {"UpdatesTensor", &updates}, {kOutName, &out}});
   const Tensor x = resolved(input), i = resolved(indices), u = resolved(updates);
   const Call call{kOp, input, indices, input_dimension_count, indices_dimension_count};
   const bool neg = is_neg(out);
@@ -697,9 +693,9 @@ void scatter_nd_(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
   if (!target_ok(input, p, nullptr, indices, updates))
     check_out(kInplaceOp, input, shape_of(input), p.dtype,
               {{"IndicesTensor", &indices}, {"UpdatesTensor", &updates}}, kTargetName);
-  check_storage(kInplaceOp, "InputTensor", input);
-  check_storage(kInplaceOp, "IndicesTensor", indices);
-  check_storage(kInplaceOp, "UpdatesTensor", updates);
+  check_storages(kInplaceOp,
+                 {{"InputTensor", &input}, {"IndicesTensor", &indices},
+                  {"UpdatesTensor", &updates}});
   const Tensor i = resolved(indices), u = resolved(updates);
   const Call call{kInplaceOp, input, indices, input_dimension_count, indices_dimension_count};
   if (is_neg(input)) {
