@@ -243,8 +243,8 @@ def eager_keyset(tensors):
         return None
     if _C._is_torch_function_mode_enabled():
         return None
-    if _C._are_functorch_transforms_active() or _fwad._current_level >= 0:
-        return None         # functorch wrappers and dual tensors look like plain tensors
+    if _fwad._current_level >= 0:
+        return None         # dual tensors look like plain tensors (functorch: backend_key)
     return backend_key(tensors)
 
 
