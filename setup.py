@@ -114,8 +114,9 @@ setup(
     # torch.library.register_fake / register_vmap, the stable ABI of TORCH_TARGET_VERSION.
     install_requires=["torch>=2.10"],
     extras_require={
-        # Triton is optional: without it the portable path runs everywhere.
-        "triton": ["triton>=3.0"],
+        # Triton is optional: without it the portable path runs everywhere.  Its CPU interpreter
+        # (TRITON_INTERPRET=1, the main job's Triton run on a machine without a GPU) needs numpy.
+        "triton": ["triton>=3.0", "numpy"],
         "test": ["pytest", "hypothesis", "numpy", "triton>=3.0"],
         # python -m torch_dml_ops.bench: the peers it compares with, and the plot.  Never needed
         # by the tests (their peer tests skip without them).
