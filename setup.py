@@ -117,7 +117,11 @@ setup(
         # Triton is optional: without it the portable path runs everywhere.  Its CPU interpreter
         # (TRITON_INTERPRET=1, the main job's Triton run on a machine without a GPU) needs numpy.
         "triton": ["triton>=3.0", "numpy"],
-        "test": ["pytest", "hypothesis", "numpy", "triton>=3.0"],
+        # torch_dml_ops.onnx: export to ONNX's GatherND / ScatterND / TopK (onnxscript writes the
+        # translations, onnxruntime runs the demo and the tests).
+        "onnx": ["onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.20"],
+        "test": ["pytest", "hypothesis", "numpy", "triton>=3.0",
+                 "onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.20"],
         # python -m torch_dml_ops.bench: the peers it compares with, and the plot.  Never needed
         # by the tests (their peer tests skip without them).
         "bench": ["numpy", "matplotlib", "onnx", "onnxruntime", "jax",
