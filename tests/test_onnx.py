@@ -1,0 +1,352 @@
+"""ONNX export (torch_dml_ops.onnx): every mapping exported, checked with onnx.checker, run in
+onnxruntime's CPU provider on inputs with duplicates, ties, NaN and signed zeros, and compared with
+eager bit for bit (values, NaN positions, signs of zeros, indices).
+
+Each export costs about a second, so one model covers several cases (one output each)."""
+import warnings
+
+import pytest
+import torch
+
+onnx = pytest.importorskip("onnx", reason="ONNX export tests need onnx: pip install -e .[onnx]")
+ort = pytest.importorskip("onnxruntime",
+                          reason="ONNX export tests need onnxruntime: pip install -e .[onnx]")
+pytest.importorskip("onnxscript", reason="ONNX export tests need onnxscript: pip install -e .[onnx]")
+
+import numpy as np  # noqa: E402
+
+import torch_dml_ops as tdo  # noqa: E402
+import torch_dml_ops.onnx as tdo_onnx  # noqa: E402
+
+pytestmark = pytest.mark.compile
+
+#: dtypes onnxruntime's Python API feeds and returns directly; bfloat16 crosses the boundary as
+#: float32 (an exact widening) inside the models below.
+DATA_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
+               torch.int32, torch.int16, torch.int8, torch.uint8, torch.uint16, torch.uint32,
+               torch.uint64, torch.bool]
+
+
+def _values(dtype, n, g, special=True):
+    """n values of ``dtype`` drawn from a small set (ties), with NaN, +-inf and -0.0 for floats."""
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).bool()
+    if dtype.is_floating_point:
+        pool = torch.tensor([0.0, -0.0, 1.0, -1.0, 2.5, 0.5] +
+                            ([float("nan"), float("inf"), -float("inf")] if special else []))
+        return pool[torch.randint(0, len(pool), (n,), generator=g)].to(dtype)
+    hi = 5
+    return torch.randint(0, hi, (n,), generator=g).to(dtype)
+
+
+def _run(program, args):
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    session = ort.InferenceSession(program.model_proto.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
+    return [_tensor(o) for o in session.run(None, feeds)]
+
+
+def _tensor(array):
+    # onnxruntime returns uint64 as numpy.ulonglong, which torch.from_numpy refuses.
+    array = np.asarray(array)
+    return torch.from_numpy(array.view(np.dtype(array.dtype.str)))
+
+
+def _export(model, args, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tdo_onnx.export(model, args, **kw)
+
+
+def _same(got, want, what, zero_sign=True):
+    """Equal values, NaN positions and (``zero_sign``) signs of zeros."""
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got, want)
+    if want.dtype.is_floating_point:
+        w, g = want.double(), got.double()
+        assert torch.equal(torch.isnan(g), torch.isnan(w)), (what, got, want)
+        if zero_sign:
+            assert torch.equal(torch.signbit(g[~torch.isnan(g)]),
+                               torch.signbit(w[~torch.isnan(w)])), (what, got, want)
+        assert torch.equal(g.nan_to_num(0.0), w.nan_to_num(0.0)), (what, got, want)
+    else:
+        assert torch.equal(got, want), (what, got, want)
+
+
+def _check(model, args, unsigned_zeros=(), **kw):
+    """Export ``model``, run it in onnxruntime, compare every output with eager; the outputs in
+    ``unsigned_zeros`` are compared without the sign of zeros (README: known differences)."""
+    program = _export(model, args, **kw)
+    got = _run(program, args)
+    with torch.no_grad():
+        want = model(*[a.clone() for a in args])
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        _same(g, w, f"output {i}", zero_sign=i not in unsigned_zeros)
+    return program
+
+
+def _io(dtype):
+    """(the model's input dtype, the cast into the op's dtype, the cast back)."""
+    if dtype == torch.bfloat16:
+        return torch.float32, (lambda x: x.to(torch.bfloat16)), (lambda y: y.float())
+    return dtype, (lambda x: x), (lambda y: y)
+
+
+def _ops(program):
+    return {n.op_type for n in program.model_proto.graph.node}
+
+
+# gather_nd -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DATA_DTYPES, ids=str)
+def test_gather_nd_every_data_dtype(dtype):
+    g = torch.Generator().manual_seed(1)
+    io, cin, cout = _io(dtype)
+
+    class M(torch.nn.Module):
+        def forward(self, x, i, j):
+            x = cin(x)
+            return (cout(tdo.gather_nd(x, i)),                      # rows, negative indices
+                    cout(tdo.gather_nd(x, j)),                      # elements
+                    cout(tdo.gather_nd(x.reshape(2, 3, 4), i[:4].reshape(2, 2, 1) % 3,
+                                       batch_dims=1)))
+
+    x = _values(dtype, 24, g).reshape(6, 4)
+    x = x.float() if dtype == torch.bfloat16 else x
+    i = torch.tensor([[5], [-1], [0], [-6], [2], [5]])
+    j = torch.tensor([[0, 3], [5, -1], [0, 3], [-2, 1]])
+    program = _check(M(), (x, i, j))
+    assert "GatherND" in _ops(program)
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.uint32, torch.uint64], ids=str)
+def test_gather_nd_index_dtypes(index_dtype):
+    class M(torch.nn.Module):
+        def forward(self, x, i):
+            return tdo.gather_nd(x, i), tdo.gather_nd(x, i[:, :1], batch_dims=0)
+
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(2))
+    signed = [[4, 2], [0, 0], [4, 2], [1, 1]] if index_dtype != torch.int32 else [[-1, 2], [0, -3], [4, 2], [1, 1]]
+    _check(M(), (x, torch.tensor(signed).to(index_dtype)))
+
+
+def test_gather_nd_uint64_indices_at_or_above_2_63_are_out_of_range_not_negative():
+    class M(torch.nn.Module):
+        def forward(self, x, i):
+            return tdo.gather_nd(x, i)
+
+    x = torch.randn(5, 3)
+    program = _export(M(), (x, torch.tensor([[1]], dtype=torch.uint64)))
+    session = ort.InferenceSession(program.model_proto.SerializeToString())
+    # 2**64 - 1 would be -1 (the last row) if cast naively to int64; eager refuses it.
+    bad = torch.tensor([[2**64 - 1]], dtype=torch.uint64)
+    with pytest.raises(IndexError):
+        tdo.gather_nd(x, bad)
+    with pytest.raises(Exception, match="(?i)invalid|out of|bound|range"):
+        session.run(None, {"x": x.numpy(), "i": bad.numpy()})
+    ok = session.run(None, {"x": x.numpy(), "i": np.array([[3]], dtype=np.uint64)})[0]
+    assert np.array_equal(ok, x[3:4].numpy())
+
+
+def test_gather_nd_dml_form():
+    class M(torch.nn.Module):
+        def forward(self, x, i):
+            return (tdo.gather_nd(x, i, input_dimension_count=2, indices_dimension_count=2),
+                    tdo.gather_nd(x, i[..., :1, :], input_dimension_count=2,
+                                  indices_dimension_count=1))
+
+    x = torch.arange(24.).reshape(1, 1, 6, 4)
+    i = torch.tensor([[[[1], [5], [0]]]], dtype=torch.uint32)
+    _check(M(), (x, i))
+
+
+# scatter_nd ------------------------------------------------------------------------------------
+
+REDUCTIONS = ["none", "add", "mul", "max", "min"]
+
+
+@pytest.mark.parametrize("dtype", DATA_DTYPES, ids=str)
+def test_scatter_nd_every_reduction_and_dtype(dtype):
+    """Duplicates in the indices, NaN/inf/-0.0 in the data and the updates."""
+    g = torch.Generator().manual_seed(3)
+    io, cin, cout = _io(dtype)
+    narrow = dtype in (torch.float16, torch.bfloat16)
+    reductions = [r for r in REDUCTIONS if not (narrow and r in ("add", "mul"))]
+
+    class M(torch.nn.Module):
+        def forward(self, x, i, u):
+            x, u = cin(x), cin(u)
+            return tuple(cout(tdo.scatter_nd(x, i, u, reduction=r)) for r in reductions)
+
+    x = _values(dtype, 24, g).reshape(6, 4)
+    u = _values(dtype, 28, g).reshape(7, 4)
+    if dtype == torch.bfloat16:
+        x, u = x.float(), u.float()
+    i = torch.tensor([[1], [-1], [1], [0], [5], [1], [3]])
+    # max/min: which zero stays when +0.0 meets -0.0 differs (README, known differences).
+    extrema = [n for n, r in enumerate(reductions) if r in ("max", "min")]
+    program = _check(M(), (x, i, u), unsigned_zeros=extrema)
+    assert "ScatterND" in _ops(program)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reduction", ["add", "mul"])
+def test_scatter_nd_narrow_float_add_mul_refused_at_export(dtype, reduction):
+    class M(torch.nn.Module):
+        def forward(self, x, i, u):
+            return tdo.scatter_nd(x.to(dtype), i, u.to(dtype), reduction=reduction).float()
+
+    with pytest.raises(tdo_onnx.OnnxExportError, match=f"reduction='{reduction}'.*{str(dtype)[6:]}"):
+        _export(M(), (torch.zeros(4, 2), torch.tensor([[1], [1]]), torch.ones(2, 2)))
+
+
+def test_scatter_nd_index_dtypes_dml_form_and_deterministic():
+    class M(torch.nn.Module):
+        def forward(self, x, i32, iu32, iu64, u):
+            return (torch.ops.torch_dml_ops.scatter_nd(x, i32, u, deterministic=True),
+                    tdo.scatter_nd(x, iu32, u, reduction="add"),
+                    tdo.scatter_nd(x, iu64, u, reduction="max"),
+                    tdo.scatter_nd(x.reshape(1, 6, 4), iu32.reshape(1, 3, 1), u.reshape(1, 3, 4),
+                                   input_dimension_count=2, indices_dimension_count=2))
+
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(4))
+    u = torch.randn(3, 4, generator=torch.Generator().manual_seed(5))
+    idx = [[2], [0], [2]]
+    _check(M(), (x, torch.tensor([[2], [-6], [-4]], dtype=torch.int32),
+                 torch.tensor(idx, dtype=torch.uint32), torch.tensor(idx, dtype=torch.uint64), u))
+
+
+def test_in_place_and_out_into_views_and_a_kv_cache():
+    class M(torch.nn.Module):
+        def forward(self, cache, x, u, i, gi):
+            tdo.scatter_nd_(cache[:, 1:3].transpose(0, 1), i, u)     # a view of the base
+            tdo.scatter_nd_(cache, i[:1], cache[:1] * 2, reduction="add")
+            buf = torch.empty(2, 4)
+            tdo.gather_nd(x, gi, out=buf)
+            sbuf = torch.empty(6, 4)
+            tdo.scatter_nd(x, gi, buf, reduction="mul", out=sbuf)
+            return cache, buf, sbuf
+
+    cache, x = torch.randn(6, 4), torch.randn(6, 4)
+    u, i, gi = torch.randn(2, 6), torch.tensor([[0], [1]]), torch.tensor([[3], [-1]])
+    program = _check(M(), (cache, x, u, i, gi))
+    assert {"ScatterND", "GatherND"} <= _ops(program)
+
+
+def test_plain_torch_onnx_export_with_the_table_and_exporting():
+    class M(torch.nn.Module):
+        def forward(self, cache, u, i):
+            tdo.scatter_nd_(cache, i, u)
+            return cache, tdo.top_k1(cache, 2)[1]
+
+    args = (torch.zeros(4, 3), torch.ones(1, 3), torch.tensor([[2]]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with tdo_onnx.exporting():
+            program = torch.onnx.export(M(), args, dynamo=True, verbose=False,
+                                        custom_translation_table=tdo_onnx.translation_table())
+    got = _run(program, args)
+    want = M()(*[a.clone() for a in args])
+    for g, w in zip(got, want):
+        _same(g, w, "plain export")
+    # exporting() is gone afterwards: the in-place op is reinplaceable again for compile/AOTI.
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("torch_dml_ops::scatter_nd_",
+                                                              "Functionalize")
+
+
+# top_k1 ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [d for d in DATA_DTYPES if d != torch.uint64], ids=str)
+def test_top_k1_every_dtype_both_directions_stable_ties(dtype):
+    g = torch.Generator().manual_seed(6)
+    io, cin, cout = _io(dtype)
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            x = cin(x)
+            outs = []
+            for direction in ("decreasing", "increasing"):
+                for k, axis in ((3, -1), (9, 1), (1, 0), (4, 0)):
+                    v, i = tdo.top_k1(x, k, axis=axis, direction=direction)
+                    outs += [cout(v), i]
+            v, i = tdo.top_k1(x, 5, index_dtype=torch.int32)
+            w, j = tdo.top_k1(x, 5, direction="increasing", index_dtype=torch.uint32)
+            return tuple(outs) + (cout(v), i, cout(w), j)
+
+    x = _values(dtype, 36, g).reshape(4, 9)
+    x = x.float() if dtype == torch.bfloat16 else x
+    program = _check(M(), (x,))
+    assert "TopK" in _ops(program)
+
+
+def test_top_k1_uint64_refused_at_export():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return tdo.top_k1(x, 2)
+
+    with pytest.raises(tdo_onnx.OnnxExportError, match="uint64"):
+        _export(M(), (torch.tensor([3, 1, 4, 1, 5], dtype=torch.uint64),))
+
+
+# shapes, levels, demo --------------------------------------------------------------------------
+
+def test_dynamic_shapes_run_at_other_shapes():
+    class M(torch.nn.Module):
+        def forward(self, x, i, u):
+            y = tdo.scatter_nd(x, i, u, reduction="add")
+            return tdo.gather_nd(y, i), tdo.top_k1(y, 2, axis=1)
+
+    batch, seq = torch.export.Dim("batch", min=2), torch.export.Dim("seq", min=2)
+    args = (torch.randn(4, 5), torch.tensor([[1], [3], [1]]), torch.randn(3, 5))
+    program = _export(M(), args, dynamic_shapes=({0: batch, 1: seq}, {0: torch.export.Dim("n")},
+                                                 {0: torch.export.Dim("n"), 1: seq}))
+    session = ort.InferenceSession(program.model_proto.SerializeToString())
+    for rows, cols, n in ((7, 3, 5), (2, 9, 1)):
+        g = torch.Generator().manual_seed(rows)
+        a = (torch.randint(-3, 4, (rows, cols), generator=g).float(),
+             torch.randint(-rows, rows, (n, 1), generator=g),
+             torch.randint(-3, 4, (n, cols), generator=g).float())
+        got = session.run(None, {s.name: t.numpy() for s, t in zip(session.get_inputs(), a)})
+        want = M()(*a)
+        want = [want[0], want[1][0], want[1][1]]
+        for gg, w in zip(got, want):
+            _same(_tensor(gg), w, f"shape {rows}x{cols}")
+
+
+def test_feature_level_violation_fails_at_export():
+    class M(torch.nn.Module):
+        def forward(self, x, i):
+            return tdo.gather_nd(x, i)
+
+    args = (torch.randn(4, 3), torch.tensor([[1]]))      # int64 indices: not at 2_1
+    with tdo.feature_level("2_1"):
+        with pytest.raises(tdo.ConstraintError, match="2_1"):
+            _export(M(), args)
+    _export(M(), args)                                    # permissive: exports
+
+
+def test_opset_below_18_is_refused():
+    with pytest.raises(tdo_onnx.OnnxExportError, match="opset 17"):
+        tdo_onnx.translation_table(17)
+
+
+def test_demo_agrees(capsys):
+    from torch_dml_ops.onnx.__main__ import main
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["--demo"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("agrees with eager") == 3 and "DIFFERS" not in out
+
+
+def test_a_newer_opset_keeps_the_meaning():
+    class M(torch.nn.Module):
+        def forward(self, x, i, u):
+            y = tdo.scatter_nd(x, i, u, reduction="max")
+            return tdo.gather_nd(y, i), tdo.top_k1(y, 2)[1]
+
+    args = (torch.randn(4, 5), torch.tensor([[1], [3], [1]]), torch.randn(3, 5))
+    program = _check(M(), args, opset=20)
+    assert [o.version for o in program.model_proto.opset_import if o.domain == ""] == [20]

@@ -1,0 +1,150 @@
+"""torch_dml_ops.onnx: export models that call the ops to standard ONNX (opset 18).
+
+``gather_nd`` becomes GatherND, ``scatter_nd`` ScatterND, ``top_k1`` TopK, with a few extra
+standard nodes where onnxruntime's semantics or kernels differ from eager (see the README's
+"ONNX export" section)::
+
+    import torch_dml_ops.onnx as tdo_onnx
+    onnx_program = tdo_onnx.export(model, args, dynamic_shapes=...)
+    onnx_program.save("model.onnx")
+
+    # or torch's exporter itself, with the translations (and, for the in-place and out=
+    # overloads, the exporting() context):
+    with tdo_onnx.exporting():
+        torch.onnx.export(model, args, dynamo=True,
+                          custom_translation_table=tdo_onnx.translation_table())
+
+Needs onnx, onnxscript and onnxruntime: ``pip install -e ".[onnx]"``.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Callable, Dict, Iterator
+
+try:
+    import onnx  # noqa: F401
+    import onnxscript  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised by the packaging test's message check
+    raise ImportError(
+        f"torch_dml_ops.onnx needs onnx and onnxscript ({e}); install them with "
+        f"pip install -e \".[onnx]\" (onnx, onnxscript, onnxruntime)") from e
+
+import torch
+
+from . import _translations
+from ._translations import OPSET, OnnxExportError
+
+__all__ = ["export", "translation_table", "exporting", "OnnxExportError", "OPSET"]
+
+_ops = torch.ops.torch_dml_ops
+
+
+def translation_table(opset: int = OPSET) -> Dict[Callable, Callable]:
+    """``{op overload: translation}`` for ``torch.onnx.export(..., dynamo=True,
+    custom_translation_table=...)``.  The functional overloads are translated; the ``out=`` and
+    in-place ones reach the exporter as these once :func:`exporting` is active."""
+    if opset < OPSET:
+        raise OnnxExportError(
+            f"torch_dml_ops.onnx: opset {opset} is below {OPSET}, the opset the translations use "
+            f"(ScatterND's max/min reductions need 18, add/mul 16, GatherND's batch_dims 12)")
+    return {
+        _ops.gather_nd.default: _translations.gather_nd,
+        _ops.scatter_nd.default: _translations.scatter_nd,
+        _ops.top_k1.default: _translations.top_k1,
+    }
+
+
+# exporting(): the out= and in-place overloads as functional op + copy_ ----------------------
+
+def _gather_nd_out(input, indices, batch_dims=0, input_dimension_count=None,
+                   indices_dimension_count=None, feature_level="permissive", check_indices=True,
+                   *, out):
+    out.copy_(_ops.gather_nd(input, indices, batch_dims, input_dimension_count,
+                             indices_dimension_count, feature_level, check_indices))
+
+
+def _scatter_nd_out(input, indices, updates, reduction="none", input_dimension_count=None,
+                    indices_dimension_count=None, feature_level="permissive", check_indices=True,
+                    deterministic=False, *, out):
+    out.copy_(_ops.scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                              indices_dimension_count, feature_level, check_indices,
+                              deterministic))
+
+
+def _scatter_nd_(input, indices, updates, reduction="none", input_dimension_count=None,
+                 indices_dimension_count=None, feature_level="permissive", check_indices=True,
+                 deterministic=False):
+    input.copy_(_ops.scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                                indices_dimension_count, feature_level, check_indices,
+                                deterministic))
+
+
+_FUNCTIONALIZE = {"gather_nd_out": _gather_nd_out, "scatter_nd_out": _scatter_nd_out,
+                  "scatter_nd_": _scatter_nd_}
+_lock = threading.Lock()
+_depth = 0
+_library = None
+
+
+@contextlib.contextmanager
+def exporting() -> Iterator[None]:
+    """While active, functionalization (``torch.export``'s, hence the ONNX exporter's) rewrites
+    ``gather_nd_out``, ``scatter_nd_out`` and ``scatter_nd_`` as the functional op followed by
+    ``copy_`` into the target, which torch's view replay turns into standard ONNX (slices and
+    transposes of a base included).  Without it they reach the exporter as
+    ``auto_functionalized_v2``, which it cannot translate.  Not active by default because
+    ``torch.compile`` and AOTInductor reinplace ``auto_functionalized_v2`` into the in-place
+    kernel, while the rewritten form would copy the whole target.  Process-wide while active
+    (the registration is a dispatcher kernel); nestable."""
+    global _depth, _library
+    with _lock:
+        if _depth == 0:
+            _library = torch.library.Library("torch_dml_ops", "IMPL")
+            for name, fn in _FUNCTIONALIZE.items():
+                _library.impl(name, fn, "Functionalize")
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                _library._destroy()
+                _library = None
+
+
+def _our_error(exc: BaseException):
+    """The OnnxExportError/ConstraintError a translation or fake kernel raised, if the exporter
+    wrapped one."""
+    from .._errors import ConstraintError
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ConstraintError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def export(model, args=(), kwargs=None, *, dynamic_shapes=None, opset: int = OPSET,
+           custom_translation_table=None, **export_kwargs: Any):
+    """``torch.onnx.export(model, args, kwargs, dynamo=True, ...)`` with the ops' translations
+    and :func:`exporting` active; returns torch's ``ONNXProgram``.  A call that no ONNX graph
+    computes exactly raises :class:`OnnxExportError`, and a DirectML constraint violated under
+    ``torch_dml_ops.feature_level(...)`` raises its ``ConstraintError`` (not wrapped in torch's
+    exporter errors)."""
+    table = translation_table(opset)
+    if custom_translation_table:
+        table.update(custom_translation_table)
+    export_kwargs.setdefault("verbose", False)
+    with exporting():
+        try:
+            return torch.onnx.export(model, args, kwargs=kwargs, dynamo=True,
+                                     dynamic_shapes=dynamic_shapes, opset_version=opset,
+                                     custom_translation_table=table, **export_kwargs)
+        except torch.onnx.errors.OnnxExporterError as e:
+            ours = _our_error(e)
+            if ours is None:
+                raise
+            raise ours.with_traceback(None) from e
