@@ -104,7 +104,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     packages=["torch_dml_ops", "torch_dml_ops.bench", "torch_dml_ops.portable",
-              "torch_dml_ops.onnx", "torch_dml_ops.triton_kernels"],
+              "torch_dml_ops.distributed", "torch_dml_ops.onnx", "torch_dml_ops.triton_kernels"],
     # PEP 561: the package ships its type annotations.
     package_data={"torch_dml_ops": ["py.typed", "csrc/*.h", "csrc/*.cpp"]},
     package_dir={"torch_dml_ops": "torch_dml_ops", "torch_dml_ops.triton_kernels": "triton_kernels"},

@@ -5,6 +5,8 @@ namespace, ``torch.ops.torch_dml_ops.*``, and registers their CPU kernels), regi
 portable and Triton kernels, fake kernels, autograd and vmap rules, and exposes the public
 functions.
 """
+import sys as _sys
+
 from ._errors import ConstraintError, ConstraintIndexError, ConstraintTypeError, MemoryOverlapError
 from ._levels import FEATURE_LEVELS, feature_level, get_feature_level
 from . import _backend
@@ -15,6 +17,8 @@ from .top_k1 import AxisDirection, TopK1Result, top_k1, topk
 
 _backend.register_defaults()
 _backend.apply_environment()
+if "torch.distributed.tensor" in _sys.modules:    # DTensor in use: register the sharding rules
+    from . import distributed  # noqa: F401,E402
 
 __version__ = "0.2.0"
 

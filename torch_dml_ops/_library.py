@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 import warnings
 
 import torch
@@ -109,3 +110,15 @@ def document(opname: str, doc: str) -> None:
         overload.__doc__ = f"{doc}\n\nSchema:\n    {schema}\n"
         schemas.append(schema)
     packet.__doc__ = doc + "\n\nSchemas:\n" + "".join(f"    {s}\n" for s in schemas)
+
+
+def prepare_subclass(t) -> bool:
+    """Called by the public functions for a tensor of a subclass only (never for a plain
+    tensor): a DTensor needs the ops' sharding rules, which ``torch_dml_ops.distributed``
+    registers on import.  Imported here, lazily, so that ``import torch_dml_ops`` does not import
+    torch.distributed.tensor (0.6 s) in processes that never use it.  Returns whether ``t`` is
+    a DTensor."""
+    if "torch.distributed.tensor" in sys.modules:
+        from . import distributed  # noqa: F401
+        return isinstance(t, sys.modules["torch.distributed.tensor"].DTensor)
+    return False

@@ -22,7 +22,7 @@ from ._checks import (as_int, check_bool, check_gather_nd, check_out, check_out_
                       check_tensors, raise_documented)
 from ._forms import gather_layout
 from ._levels import _state
-from ._library import document, lib
+from ._library import document, lib, prepare_subclass
 
 __all__ = ["gather_nd"]
 
@@ -209,6 +209,8 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
         tensor([[2., 3.],
                 [0., 1.]])
     """
+    if type(input) is not torch.Tensor:
+        prepare_subclass(input)
     level = _state.level
     batch_dims = as_int("gather_nd", "batch_dims", batch_dims)
     if type(check_indices) is not bool:     # the dispatcher would take an int for a bool

@@ -28,7 +28,7 @@ from ._checks import (check_bool, check_out, check_out_meta, check_scatter_nd, c
                       raise_documented)
 from ._forms import GatherLayout, gather_layout
 from ._levels import _state
-from ._library import document, lib
+from ._library import document, lib, prepare_subclass
 from .gather_nd import GATHER_ND
 
 __all__ = ["scatter_nd", "scatter_nd_"]
@@ -333,6 +333,12 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         ...            torch.tensor([9., 10, 11, 12]))
         tensor([ 1., 11.,  3., 10.,  9.,  6.,  7., 12.])
     """
+    if type(input) is not torch.Tensor and out is None and prepare_subclass(input):
+        from .distributed._scatter import route     # a DTensor sharded on an indexed dim
+        routed = route(input, indices, updates, reduction, input_dimension_count,
+                       indices_dimension_count, check_indices, inplace=False)
+        if routed is not None:
+            return routed
     level = _state.level
     if type(check_indices) is not bool:     # the dispatcher would take an int for a bool
         check_bool("scatter_nd", "check_indices", check_indices)
@@ -369,6 +375,12 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
     requires grad is refused, as by every in-place op.  A failing call (bad index, shape, dtype)
     leaves ``input`` unmodified.
     """
+    if type(input) is not torch.Tensor and prepare_subclass(input):
+        from .distributed._scatter import route     # a DTensor sharded on an indexed dim
+        routed = route(input, indices, updates, reduction, input_dimension_count,
+                       indices_dimension_count, check_indices, inplace=True)
+        if routed is not None:
+            return routed
     level = _state.level
     if type(check_indices) is not bool:     # the dispatcher would take an int for a bool
         check_bool("scatter_nd_", "check_indices", check_indices)

@@ -1,0 +1,221 @@
+"""DTensor: sharding rules and the exact distributed top_k1, on 2 and 3 gloo CPU ranks.
+
+One spawn per world size runs every case inside the workers, against the single-process op on
+the full tensor, bit for bit; the module-scoped fixture collects the per-case results and one
+test per world size reports the failures.  DTensors are built with ``DTensor.from_local`` from
+each rank's chunk (no collective: gloo refuses some dtypes, e.g. uint32, in DTensor's own
+scatter)."""
+import os
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="needs torch.distributed with gloo")
+
+
+def _cases(world, rank):
+    from torch.distributed.tensor import DTensor, Replicate, Shard, init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    import torch_dml_ops as tdo
+    from torch_dml_ops.distributed._topk import _chunk_bounds
+    mesh = init_device_mesh("cpu", (world,))
+
+    def shard(x, dim):
+        a, b = _chunk_bounds(x.shape[dim], world, rank)
+        return DTensor.from_local(x.narrow(dim, a, b - a), mesh, [Shard(dim)], run_check=False,
+                                  shape=x.shape, stride=x.stride())
+
+    def rep(x):
+        return DTensor.from_local(x, mesh, [Replicate()], run_check=False)
+
+    def same(a, b):
+        if a.dtype.is_floating_point:
+            return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0), b.nan_to_num(0))
+        return torch.equal(a, b)
+
+    results = []
+    pool = torch.tensor([0., -0., 1., float("nan"), float("inf"), -1.])
+    for dtype in [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
+                  torch.int32, torch.uint32, torch.uint16, torch.uint8, torch.bool]:
+        for n in (1, 5, 7, 11):
+            g = torch.Generator().manual_seed(n)
+            x = pool[torch.randint(0, 6, (3, n), generator=g)]
+            if dtype == torch.bool:
+                x = x > 0
+            elif not dtype.is_floating_point:
+                x = x.nan_to_num(0, 5, 1).abs().to(dtype)
+            else:
+                x = x.to(dtype)
+            for direction in ("decreasing", "increasing"):
+                for idt in (torch.int64, torch.int32, torch.uint32):
+                    for k in sorted({1, min(3, n), n}):
+                        name = f"top_k1 sharded axis {dtype} n={n} {direction} {idt} k={k}"
+                        try:
+                            with CommDebugMode() as comm:
+                                v, i = tdo.top_k1(shard(x, 1), k, direction=direction,
+                                                  index_dtype=idt)
+                            ev, ei = tdo.top_k1(x, k, direction=direction, index_dtype=idt)
+                            ok = (same(v.to_local(), ev) and torch.equal(i.to_local(), ei)
+                                  and comm.get_total_counts() == 1
+                                  and all(isinstance(p, Replicate) for p in v.placements))
+                            results.append((name, ok, "" if ok else f"{v.to_local()} {ev}"))
+                        except Exception:
+                            results.append((name, False, traceback.format_exc()))
+    # gradient through the distributed top-k
+    x = torch.randn(4, 9, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    dx = shard(x, 1).detach().requires_grad_()
+    v, _ = tdo.top_k1(dx, 4)
+    (v.to_local() * torch.arange(1., 5, dtype=torch.float64)).sum().backward()
+    xr = x.clone().requires_grad_()
+    (tdo.top_k1(xr, 4)[0] * torch.arange(1., 5, dtype=torch.float64)).sum().backward()
+    a, b = _chunk_bounds(9, world, rank)
+    results.append(("top_k1 gradient", torch.equal(dx.grad.to_local(), xr.grad[:, a:b]), ""))
+    # gradients through gather_nd / scatter_nd on sharded inputs (the backward replicates)
+    x = torch.randn(7, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    i = torch.tensor([[1], [6], [-1], [1]])
+    w = torch.arange(20., dtype=torch.float64).reshape(4, 5)
+    for name, make, fn in [
+        ("gather_nd gradient, trailing dim sharded", lambda t: shard(t, 1),
+         lambda t: tdo.gather_nd(t, rep(i) if isinstance(t, DTensor) else i)),
+        ("scatter_nd gradient, trailing dim sharded", lambda t: shard(t, 1),
+         lambda t: tdo.scatter_nd(t, rep(i) if isinstance(t, DTensor) else i,
+                                  (shard(w[:4], 1) if isinstance(t, DTensor) else w[:4]),
+                                  reduction="add")),
+    ]:
+        try:
+            dxx = make(x).detach().requires_grad_()
+            out = fn(dxx)
+            (out.full_tensor() * torch.arange(out.numel(), dtype=torch.float64)
+             .reshape(out.shape)).sum().backward()
+            xr = x.clone().requires_grad_()
+            r = fn(xr)
+            (r * torch.arange(r.numel(), dtype=torch.float64).reshape(r.shape)).sum().backward()
+            a, b = _chunk_bounds(5, world, rank)
+            ok = torch.equal(dxx.grad.full_tensor(), xr.grad)
+            results.append((name, ok, "" if ok else f"{dxx.grad.full_tensor()} {xr.grad}"))
+        except Exception:
+            results.append((name, False, traceback.format_exc()))
+    # a vocab-parallel LM head (ColwiseParallel, logits sharded on the vocabulary) + sampling
+    try:
+        from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+        g = torch.Generator().manual_seed(4)
+        head = torch.nn.Linear(16, 101)        # 101: uneven over 2 and 3 ranks
+        with torch.no_grad():                  # small integers: every logit is exact
+            head.weight.copy_(torch.randint(-2, 3, head.weight.shape, generator=g))
+            head.bias.copy_(torch.randint(-2, 3, head.bias.shape, generator=g))
+        hidden = torch.randint(-2, 3, (4, 16), generator=g).float()
+        want_v, want_i = tdo.top_k1(head(hidden), 8)
+        parallel = parallelize_module(head, mesh, ColwiseParallel(output_layouts=Shard(-1),
+                                                                  use_local_output=False))
+        logits = parallel(hidden)
+        with CommDebugMode() as comm:
+            v, i = tdo.top_k1(logits, 8)
+        pick = torch.multinomial(torch.softmax(v.to_local(), -1), 1,
+                                 generator=torch.Generator().manual_seed(5))
+        want_pick = torch.multinomial(torch.softmax(want_v, -1), 1,
+                                      generator=torch.Generator().manual_seed(5))
+        ok = (logits.placements == (Shard(1),) and comm.get_total_counts() == 1
+              and torch.equal(v.to_local(), want_v) and torch.equal(i.to_local(), want_i)
+              and torch.equal(i.to_local().gather(-1, pick), want_i.gather(-1, want_pick)))
+        results.append(("ColwiseParallel LM head + top_k1 sampling", ok,
+                        "" if ok else f"{logits.placements} {v.to_local()} {want_v}"))
+    except Exception:
+        results.append(("ColwiseParallel LM head + top_k1 sampling", False, traceback.format_exc()))
+    # scatter with the indexed dim sharded (indices, updates replicated): re-offset per rank
+    base = torch.randn(11, 3, 2, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    idx = torch.tensor([[3, 1], [-1, 0], [3, 1], [0, 2], [10, -1], [5, 1], [3, 1], [-11, 0]])
+    upd = torch.randn(8, 2, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    for dim in (0, 1):
+        for reduction in ("none", "add", "mul", "max", "min"):
+            for idt in (torch.int64, torch.int32):
+                name = f"scatter_nd sharded indexed dim {dim} {reduction} {idt}"
+                try:
+                    ii = idx.to(idt)
+                    want = tdo.scatter_nd(base, ii, upd, reduction)
+                    with CommDebugMode() as comm:
+                        got = tdo.scatter_nd(shard(base, dim), rep(ii), rep(upd), reduction)
+                        inplace = shard(base.clone(), dim)
+                        same_obj = tdo.scatter_nd_(inplace, ii, upd, reduction) is inplace
+                    a, b = _chunk_bounds(base.shape[dim], world, rank)
+                    ok = (comm.get_total_counts() == 0 and same_obj
+                          and got.placements == (Shard(dim),)
+                          and torch.equal(got.to_local(), want.narrow(dim, a, b - a))
+                          and torch.equal(inplace.to_local(), want.narrow(dim, a, b - a)))
+                    results.append((name, ok, "" if ok else f"{got.to_local()}"))
+                except Exception:
+                    results.append((name, False, traceback.format_exc()))
+    try:                                   # an out-of-range index raises on every rank
+        tdo.scatter_nd(shard(base, 0), rep(torch.tensor([[11, 0]])), rep(upd[:1]))
+        results.append(("scatter_nd sharded index out of range", False, "no IndexError"))
+    except IndexError:
+        results.append(("scatter_nd sharded index out of range", True, ""))
+    try:                                   # gradients: input sharded, updates replicated
+        xs = shard(base, 0).detach().requires_grad_()
+        us = rep(upd).detach().requires_grad_()
+        out = tdo.scatter_nd(xs, rep(idx), us, "add")
+        (out.full_tensor() * torch.arange(66, dtype=torch.float64).reshape(11, 3, 2)).sum().backward()
+        xr, ur = base.clone().requires_grad_(), upd.clone().requires_grad_()
+        (tdo.scatter_nd(xr, idx, ur, "add") *
+         torch.arange(66, dtype=torch.float64).reshape(11, 3, 2)).sum().backward()
+        ok = (torch.equal(xs.grad.full_tensor(), xr.grad)
+              and torch.equal(us.grad.full_tensor(), ur.grad))
+        results.append(("scatter_nd sharded index gradient", ok,
+                        "" if ok else f"{us.grad} {ur.grad}"))
+    except Exception:
+        results.append(("scatter_nd sharded index gradient", False, traceback.format_exc()))
+    # collective-free placements
+    x = torch.randn(7, 5, generator=torch.Generator().manual_seed(1))
+    i = torch.tensor([[1], [6], [-1]])
+    u = torch.randn(3, 5, generator=torch.Generator().manual_seed(2))
+    for name, fn, want, out_dim in [
+        ("gather trailing dim", lambda: tdo.gather_nd(shard(x, 1), rep(i)), tdo.gather_nd(x, i), 1),
+        ("gather tuple dim", lambda: tdo.gather_nd(rep(x), shard(i, 0)), tdo.gather_nd(x, i), 0),
+        ("scatter trailing dim", lambda: tdo.scatter_nd(shard(x, 1), rep(i), shard(u, 1),
+                                                        reduction="add"),
+         tdo.scatter_nd(x, i, u, reduction="add"), 1),
+        ("top_k1 other dim", lambda: tdo.top_k1(shard(x, 0), 2)[1], tdo.top_k1(x, 2)[1], 0),
+    ]:
+        try:
+            with CommDebugMode() as comm:
+                out = fn()
+            a, b = _chunk_bounds(want.shape[out_dim], world, rank)
+            ok = (comm.get_total_counts() == 0 and out.placements == (Shard(out_dim),)
+                  and torch.equal(out.to_local(), want.narrow(out_dim, a, b - a)))
+            results.append((name, ok, "" if ok else f"{out.placements} {comm.get_total_counts()}"))
+        except Exception:
+            results.append((name, False, traceback.format_exc()))
+    return results
+
+
+def _worker(rank, world, path, queue):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
+    try:
+        results = _cases(world, rank)
+    except Exception:
+        results = [("worker", False, traceback.format_exc())]
+    queue.put((rank, results))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_dtensor_cases_match_one_process(world, tmp_path):
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(r, world, str(tmp_path / "store"), queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    got = dict(queue.get(timeout=240) for _ in range(world))
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    failures = [(r, n, d) for r, res in got.items() for n, ok, d in res if not ok]
+    total = sum(len(res) for res in got.values())
+    assert total == world * 630 and not failures, (total, failures[:5])

@@ -1,0 +1,81 @@
+"""DTensor sharding rules for the functional ops (``torch.distributed.tensor.experimental.
+register_sharding``): the placements under which each op runs on the local shards with no
+collective, and all-Replicate otherwise (DTensor then redistributes the inputs).
+
+One mesh dimension's view: ``register_sharding`` expands each rule over every mesh dimension.
+"""
+from __future__ import annotations
+
+import torch
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.experimental import register_sharding
+
+_ops = torch.ops.torch_dml_ops
+
+
+def _k(indices) -> int:
+    return indices.shape[-1]
+
+
+def _gather_nd_rules(input, indices, batch_dims=0, input_dimension_count=None,
+                     indices_dimension_count=None, feature_level="permissive",
+                     check_indices=True):
+    extra = [None] * 5
+    rules = [([Replicate()], [Replicate(), Replicate()] + extra)]
+    if input_dimension_count is not None or indices_dimension_count is not None:
+        return rules                      # DML form: replicate
+    k = _k(indices)
+    tuple_dims = indices.ndim - 1         # the output's leading dims are indices.shape[:-1]
+    for d in range(batch_dims):           # a batch dim: input and indices sharded alike
+        rules.append(([Shard(d)], [Shard(d), Shard(d)] + extra))
+    for d in range(batch_dims, tuple_dims):   # the index tuples' leading dims
+        rules.append(([Shard(d)], [Replicate(), Shard(d)] + extra))
+    for j in range(batch_dims + k, input.ndim):   # a trailing slice dim
+        rules.append(([Shard(tuple_dims + j - batch_dims - k)], [Shard(j), Replicate()] + extra))
+    return rules
+
+
+def _scatter_nd_rules(input, indices, updates, reduction="none", input_dimension_count=None,
+                      indices_dimension_count=None, feature_level="permissive",
+                      check_indices=True, deterministic=False):
+    extra = [None] * 6
+    rules = [([Replicate()], [Replicate(), Replicate(), Replicate()] + extra)]
+    if input_dimension_count is not None or indices_dimension_count is not None:
+        return rules
+    k = _k(indices)
+    tuple_dims = indices.ndim - 1
+    for j in range(k, input.ndim):        # a trailing slice dim of input and updates
+        rules.append(([Shard(j)], [Shard(j), Replicate(), Shard(tuple_dims + j - k)] + extra))
+    return rules
+
+
+def _top_k1_rules(input, k, axis=-1, direction="decreasing", index_dtype=None,
+                  feature_level="permissive"):
+    extra = [None] * 5
+    rules = [([Replicate(), Replicate()], [Replicate()] + extra)]
+    ax = axis % input.ndim if input.ndim else 0
+    for d in range(input.ndim):
+        if d != ax:
+            rules.append(([Shard(d), Shard(d)], [Shard(d)] + extra))
+    return rules
+
+
+def _gather_nd_backward_rules(grad, indices, input_shape, batch_dims, input_dimension_count,
+                              indices_dimension_count):
+    # input_shape is the global shape, which a rule cannot rewrite for a local call: replicate.
+    return [([Replicate()], [Replicate(), Replicate(), None, None, None, None])]
+
+
+_registered = False
+
+
+def register() -> None:
+    """Register the rules (once)."""
+    global _registered
+    if _registered:
+        return
+    register_sharding(_ops.gather_nd.default)(_gather_nd_rules)
+    register_sharding(_ops.scatter_nd.default)(_scatter_nd_rules)
+    register_sharding(_ops.top_k1.default)(_top_k1_rules)
+    register_sharding(_ops.gather_nd_backward.default)(_gather_nd_backward_rules)
+    _registered = True
