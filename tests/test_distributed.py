@@ -167,6 +167,37 @@ def _cases(world, rank):
                         "" if ok else f"{us.grad} {ur.grad}"))
     except Exception:
         results.append(("scatter_nd sharded index gradient", False, traceback.format_exc()))
+    # out= and in place on a trailing dim: no collective, the target keeps its placement
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(8))
+    i = torch.tensor([[1], [4], [1]])
+    u = torch.randn(3, 4, generator=torch.Generator().manual_seed(9))
+    for name, make, want in [
+        ("scatter_nd_ trailing dim", lambda: (lambda d: (tdo.scatter_nd_(d, rep(i), shard(u, 1)),
+                                                          d)[1])(shard(x.clone(), 1)),
+         tdo.scatter_nd(x, i, u)),
+        ("gather_nd out= trailing dim", lambda: (lambda o: (tdo.gather_nd(
+            shard(x, 1), rep(i), out=o), o)[1])(shard(torch.empty(3, 4), 1)), tdo.gather_nd(x, i)),
+        ("scatter_nd out= trailing dim", lambda: (lambda o: (tdo.scatter_nd(
+            shard(x, 1), rep(i), shard(u, 1), reduction="max", out=o), o)[1])(
+                shard(torch.empty(6, 4), 1)), tdo.scatter_nd(x, i, u, reduction="max")),
+    ]:
+        try:
+            with CommDebugMode() as comm:
+                got = make()
+            a, b = _chunk_bounds(4, world, rank)
+            ok = (comm.get_total_counts() == 0 and got.placements == (Shard(1),)
+                  and torch.equal(got.to_local(), want[:, a:b]))
+            results.append((name, ok, "" if ok else f"{got.placements} {got.to_local()}"))
+        except Exception:
+            results.append((name, False, traceback.format_exc()))
+    try:    # through torch.ops (not routed): a target that would change placement is refused
+        target = shard(x.clone(), 0)
+        torch.ops.torch_dml_ops.scatter_nd_(target, rep(i), rep(u))
+        results.append(("scatter_nd_ refuses a placement change", False, "no error"))
+    except RuntimeError as e:
+        ok = "out-of-place" in str(e) and torch.equal(target.to_local(), x.narrow(
+            0, *(lambda a, b: (a, b - a))(*_chunk_bounds(6, world, rank))))
+        results.append(("scatter_nd_ refuses a placement change", ok, str(e)))
     # collective-free placements
     x = torch.randn(7, 5, generator=torch.Generator().manual_seed(1))
     i = torch.tensor([[1], [6], [-1]])
@@ -218,4 +249,4 @@ def test_dtensor_cases_match_one_process(world, tmp_path):
         assert p.exitcode == 0
     failures = [(r, n, d) for r, res in got.items() for n, ok, d in res if not ok]
     total = sum(len(res) for res in got.values())
-    assert total == world * 630 and not failures, (total, failures[:5])
+    assert total == world * 634 and not failures, (total, failures[:5])

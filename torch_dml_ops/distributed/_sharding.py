@@ -49,6 +49,30 @@ def _scatter_nd_rules(input, indices, updates, reduction="none", input_dimension
     return rules
 
 
+def _no_output(rules):
+    """The rules of a functional op for its in-place form (-> (): no output placements; the
+    target is the first input).  DTensor refuses a call whose target would have to change
+    placement, saying to use the out-of-place op."""
+    return [([], ins) for _, ins in rules]
+
+
+def _with_out(rules, n_args):
+    """The rules of a functional op for its ``out=`` form: ``out`` placed as the output."""
+    return [([], ins + [None] * (n_args - len(ins)) + outs) for outs, ins in rules]
+
+
+def _scatter_nd_inplace_rules(input, indices, updates, *rest):
+    return _no_output(_scatter_nd_rules(input, indices, updates, *rest))
+
+
+def _scatter_nd_out_rules(input, indices, updates, *rest, out=None):
+    return _with_out(_scatter_nd_rules(input, indices, updates, *rest), 9)
+
+
+def _gather_nd_out_rules(input, indices, *rest, out=None):
+    return _with_out(_gather_nd_rules(input, indices, *rest), 7)
+
+
 def _top_k1_rules(input, k, axis=-1, direction="decreasing", index_dtype=None,
                   feature_level="permissive"):
     extra = [None] * 5
@@ -78,4 +102,7 @@ def register() -> None:
     register_sharding(_ops.scatter_nd.default)(_scatter_nd_rules)
     register_sharding(_ops.top_k1.default)(_top_k1_rules)
     register_sharding(_ops.gather_nd_backward.default)(_gather_nd_backward_rules)
+    register_sharding(_ops.scatter_nd_.default)(_scatter_nd_inplace_rules)
+    register_sharding(_ops.scatter_nd_out.default)(_scatter_nd_out_rules)
+    register_sharding(_ops.gather_nd_out.default)(_gather_nd_out_rules)
     _registered = True
