@@ -21,7 +21,7 @@ def _cases(world, rank):
     from torch.distributed.tensor.debug import CommDebugMode
 
     import torch_dml_ops as tdo
-    from torch_dml_ops.distributed._topk import _chunk_bounds
+    from torch_dml_ops.distributed._placements import _chunk_bounds
     mesh = init_device_mesh("cpu", (world,))
 
     def shard(x, dim):
@@ -34,7 +34,8 @@ def _cases(world, rank):
 
     def same(a, b):
         if a.dtype.is_floating_point:
-            return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0), b.nan_to_num(0))
+            return (torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0), b.nan_to_num(0))
+                    and torch.equal(a.signbit() & ~a.isnan(), b.signbit() & ~b.isnan()))  # -0.0
         return torch.equal(a, b)
 
     results = []
@@ -97,6 +98,37 @@ def _cases(world, rank):
             a, b = _chunk_bounds(5, world, rank)
             ok = torch.equal(dxx.grad.full_tensor(), xr.grad)
             results.append((name, ok, "" if ok else f"{dxx.grad.full_tensor()} {xr.grad}"))
+        except Exception:
+            results.append((name, False, traceback.format_exc()))
+    # the backward of a sharded gather stays sharded (no collective): gather_nd_backward takes
+    # only the indexed dims' sizes, so the local call derives its local input shape from grad
+    from torch.distributed.tensor import Partial
+    x3 = torch.randint(-5, 6, (4, 7, 6), generator=torch.Generator().manual_seed(11)).double()
+    i3 = torch.tensor([[[1], [6], [1]], [[-1], [1], [2]], [[0], [0], [0]], [[3], [-7], [5]]])
+    i2 = torch.tensor([[1, 2], [3, 6], [-1, 5], [1, 2], [0, -7]])       # k=2; duplicates in both
+    # (every sharded dim has at least 3 entries: DTensor does not shard a dim over more ranks)
+    for name, x_place, i_place, b, ii, grad_place in [
+        ("batch dim", 0, 0, 1, i3, Shard(0)),              # i3: batch_dims=1
+        ("trailing dim", 2, None, 1, i3, Shard(2)),
+        ("tuple dim", None, 1, 1, i3, Partial()), ("tuple dim, k=2", None, 0, 0, i2, Partial()),
+        ("trailing dim, k=2", 2, None, 0, i2, Shard(2)),
+    ]:
+        name = f"gather_nd backward sharded on the {name}"
+        try:
+            want_out = tdo.gather_nd(x3, ii, b)
+            gw = torch.randint(-5, 6, want_out.shape,
+                               generator=torch.Generator().manual_seed(12)).double()
+            xr = x3.clone().requires_grad_()
+            tdo.gather_nd(xr, ii, b).backward(gw)
+            dx = (shard(x3, x_place) if x_place is not None else rep(x3)).detach()
+            dx.requires_grad_()
+            out = tdo.gather_nd(dx, shard(ii, i_place) if i_place is not None else rep(ii), b)
+            (d,) = [p.dim for p in out.placements]
+            with CommDebugMode() as comm:
+                out.backward(shard(gw, d))
+            ok = (comm.get_total_counts() == 0 and dx.grad.placements == (grad_place,)
+                  and torch.equal(dx.grad.full_tensor(), xr.grad))
+            results.append((name, ok, "" if ok else f"{dx.grad.placements} {comm.get_total_counts()}"))
         except Exception:
             results.append((name, False, traceback.format_exc()))
     # a vocab-parallel LM head (ColwiseParallel, logits sharded on the vocabulary) + sampling
@@ -190,6 +222,48 @@ def _cases(world, rank):
             results.append((name, ok, "" if ok else f"{got.placements} {got.to_local()}"))
         except Exception:
             results.append((name, False, traceback.format_exc()))
+    # out= of any placement (the result moves to out's placements); a failing call writes
+    # nothing; through torch.ops, an out= overload is keyed on out's placement in DTensor's cache
+    for name, call, want, out_shape in [
+        ("gather_nd", lambda o, i=i: tdo.gather_nd(shard(x, 1), rep(i), out=o),
+         tdo.gather_nd(x, i), (3, 4)),
+        ("scatter_nd", lambda o, i=i: tdo.scatter_nd(shard(x, 1), rep(i), shard(u, 1), out=o),
+         tdo.scatter_nd(x, i, u), (6, 4)),
+    ]:
+        for placement in (Replicate(), Shard(0), Shard(1)):
+            try:
+                o = (rep(torch.zeros(out_shape)) if placement == Replicate()
+                     else shard(torch.zeros(out_shape), placement.dim))
+                call(o)
+                d = placement.dim if isinstance(placement, Shard) else 0
+                a, b = _chunk_bounds(out_shape[d], world, rank) if placement != Replicate() \
+                    else (0, out_shape[0])
+                ok = o.placements == (placement,) and torch.equal(o.to_local(),
+                                                                    want.narrow(d, a, b - a))
+                results.append((f"{name} out= {placement}", ok, f"{o.to_local()}"))
+            except Exception:
+                results.append((f"{name} out= {placement}", False, traceback.format_exc()))
+        o = shard(torch.full(out_shape, 7.), 0)
+        try:
+            call(o, i=torch.tensor([[1], [6], [1]]))
+            results.append((f"{name} out= failing call", False, "no error"))
+        except IndexError:
+            results.append((f"{name} out= failing call", bool((o.to_local() == 7).all()), ""))
+    try:    # torch.ops: the out= overload's strategies; a placement they cannot give is refused
+        o = rep(torch.zeros(3, 4))         # (after a cached call with another out placement)
+        torch.ops.torch_dml_ops.gather_nd_out(shard(x, 1), rep(i), out=o)
+        ok = torch.equal(o.to_local(), tdo.gather_nd(x, i))
+        o = shard(torch.full((3, 4), 7.), 0)
+        try:
+            torch.ops.torch_dml_ops.gather_nd_out(shard(x, 1), rep(i), out=o)
+            ok, detail = False, "no error"
+        except RuntimeError as e:
+            ok, detail = ok and "Sharding propagation failed" in str(e) and bool(
+                (o.to_local() == 7).all()), str(e)
+        results.append(("torch.ops gather_nd_out keyed on out's placement", ok, detail))
+    except Exception:
+        results.append(("torch.ops gather_nd_out keyed on out's placement", False,
+                        traceback.format_exc()))
     try:    # through torch.ops (not routed): a target that would change placement is refused
         target = shard(x.clone(), 0)
         torch.ops.torch_dml_ops.scatter_nd_(target, rep(i), rep(u))
@@ -222,11 +296,166 @@ def _cases(world, rank):
     return results
 
 
+def _cases_2d(rank):
+    """A 2 x 2 mesh: the distributed top-k with the other mesh dim sharding another dim, Partial,
+    or nesting on the axis; scatter with indexed dims sharded by both mesh dims or one of them
+    and a trailing dim by the other; the backward of a gather sharded on two dims."""
+    from torch.distributed.tensor import (DTensor, Partial, Replicate, Shard, distribute_tensor,
+                                          init_device_mesh)
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    import torch_dml_ops as tdo
+    from torch_dml_ops.distributed._placements import local_bounds
+    mesh = init_device_mesh("cpu", (2, 2))
+    coord = mesh.get_coordinate()
+
+    def box(x, placements):
+        placements = [Replicate() if isinstance(p, Partial) else p for p in placements]
+        return tuple(slice(a, b) for a, b in local_bounds(x.shape, mesh, placements))
+
+    def place(x, placements):
+        if any(isinstance(p, Partial) for p in placements):   # x on one rank, -0.0 elsewhere
+            m = [isinstance(p, Partial) for p in placements].index(True)   # (x + -0.0 is x)
+            x = x if coord[m] == 0 else torch.full_like(x, -0.0)
+        local = x[box(x, placements)].contiguous()
+        return DTensor.from_local(local, mesh, placements, run_check=False, shape=x.shape,
+                                  stride=x.stride())
+
+    def same(a, b):
+        if a.dtype.is_floating_point:
+            return (torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0), b.nan_to_num(0))
+                    and torch.equal(a.signbit() & ~a.isnan(), b.signbit() & ~b.isnan()))  # -0.0
+        return torch.equal(a, b)
+
+    def record(name, fn):
+        try:
+            ok, detail = fn()
+            results.append((name, bool(ok), "" if ok else str(detail)))
+        except Exception:
+            results.append((name, False, traceback.format_exc()))
+
+    results = []
+    x = torch.arange(6 * 13 * 2, dtype=torch.float32).reshape(6, 13, 2)
+    for placements in ([Shard(1), Shard(1)], [Shard(0), Shard(1)], [Shard(2), Shard(0)]):
+        record(f"local_bounds is DTensor's split {placements}", lambda: (
+            torch.equal(distribute_tensor(x, mesh, placements).to_local(),
+                        x[box(x, placements)]), placements))
+    pool = torch.tensor([0., -0., 1., float("nan"), float("inf"), -1.])
+    axis_placements = {"other dim + axis": ([Shard(0), Shard(1)], 1, [Shard(0), Replicate()]),
+                       "axis nested": ([Shard(1), Shard(1)], 2, [Replicate(), Replicate()]),
+                       "axis + other dim": ([Shard(1), Shard(0)], 1, [Replicate(), Shard(0)]),
+                       "Partial + axis": ([Partial(), Shard(1)], 2, [Replicate(), Replicate()])}
+    for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.uint16):
+        g = torch.Generator().manual_seed(21)
+        x = pool[torch.randint(0, 6, (6, 13), generator=g)]
+        x = x.to(dtype) if dtype.is_floating_point else x.nan_to_num(0, 5, 1).abs().to(dtype)
+        for pname, (placements, comms, out_pl) in axis_placements.items():
+            if pname.startswith("Partial") and not dtype.is_floating_point:
+                continue                            # (an unsigned Partial would wrap)
+            for direction in ("decreasing", "increasing"):
+                for k in (1, 5, 13):
+                    def case():
+                        idt = torch.uint32 if k == 5 else torch.int64
+                        with CommDebugMode() as comm:
+                            v, i = tdo.top_k1(place(x, placements), k, direction=direction,
+                                              index_dtype=idt)
+                        ev, ei = tdo.top_k1(x, k, direction=direction, index_dtype=idt)
+                        b = box(ev, out_pl)
+                        return (same(v.to_local(), ev[b]) and torch.equal(i.to_local(), ei[b])
+                                and list(v.placements) == out_pl
+                                and comm.get_total_counts() == comms), (
+                            v.placements, comm.get_total_counts(), v.to_local(), ev[b])
+                    record(f"2-D top_k1 {pname} {dtype} {direction} k={k}", case)
+
+    for n in (1, 2, 3):                     # nested chunks that are empty on some ranks
+        for k in range(1, n + 1):
+            def case():
+                x = torch.tensor([[2., float("nan"), 2.][:n], [-0., 0., 1.][:n]])
+                with CommDebugMode() as comm:
+                    v, i = tdo.top_k1(place(x, [Shard(1), Shard(1)]), k)
+                ev, ei = tdo.top_k1(x, k)
+                return (same(v.to_local(), ev) and torch.equal(i.to_local(), ei)
+                        and comm.get_total_counts() == 2), (v.to_local(), ev)
+            record(f"2-D top_k1 axis nested, n={n} k={k}", case)
+
+    def topk_grad():
+        x = torch.randn(6, 13, generator=torch.Generator().manual_seed(22), dtype=torch.float64)
+        dx = place(x, [Shard(1), Shard(1)]).detach().requires_grad_()
+        w = torch.arange(1., 6, dtype=torch.float64)
+        (tdo.top_k1(dx, 5)[0].to_local() * w).sum().backward()
+        xr = x.clone().requires_grad_()
+        (tdo.top_k1(xr, 5)[0] * w).sum().backward()
+        return torch.equal(dx.grad.to_local(), xr.grad[box(x, [Shard(1), Shard(1)])]), dx.grad
+    record("2-D top_k1 nested axis gradient", topk_grad)
+
+    base = torch.randn(11, 5, 4, generator=torch.Generator().manual_seed(23), dtype=torch.float64)
+    idx = torch.tensor([[3, 1], [-1, 0], [3, 1], [0, 2], [10, -1], [5, 4], [3, 1], [-11, 0]])
+    upd = torch.randn(8, 4, generator=torch.Generator().manual_seed(24), dtype=torch.float64)
+    layouts = {
+        "indexed dim + trailing dim, updates sharded": ([Shard(0), Shard(2)], [Replicate(), Shard(1)]),
+        "indexed dim + trailing dim, updates replicated": ([Shard(0), Shard(2)], None),
+        "two indexed dims": ([Shard(1), Shard(0)], None),
+        "indexed dim nested": ([Shard(0), Shard(0)], None),
+        "replicate + indexed dim": ([Replicate(), Shard(1)], None),
+    }
+    for lname, (in_pl, up_pl) in layouts.items():
+        for reduction in ("none", "add", "mul", "max", "min"):
+            def case():
+                want = tdo.scatter_nd(base, idx, upd, reduction)
+                u = place(upd, up_pl) if up_pl else upd
+                with CommDebugMode() as comm:
+                    got = tdo.scatter_nd(place(base, in_pl), idx, u, reduction)
+                    target = place(base.clone(), in_pl)
+                    same_obj = tdo.scatter_nd_(target, idx, u, reduction) is target
+                b = box(base, in_pl)
+                return (comm.get_total_counts() == 0 and same_obj
+                        and list(got.placements) == in_pl and torch.equal(got.to_local(), want[b])
+                        and torch.equal(target.to_local(), want[b])), (
+                    comm.get_total_counts(), got.placements)
+            record(f"2-D scatter_nd {lname} {reduction}", case)
+        def grads():
+            xs = place(base, in_pl).detach().requires_grad_()
+            us = (place(upd, up_pl) if up_pl else
+                  DTensor.from_local(upd, mesh, [Replicate(), Replicate()])).detach().requires_grad_()
+            w = torch.arange(220, dtype=torch.float64).reshape(11, 5, 4)
+            (tdo.scatter_nd(xs, idx, us, "add").full_tensor() * w).sum().backward()
+            xr, ur = base.clone().requires_grad_(), upd.clone().requires_grad_()
+            (tdo.scatter_nd(xr, idx, ur, "add") * w).sum().backward()
+            return (torch.equal(xs.grad.full_tensor(), xr.grad)
+                    and torch.equal(us.grad.full_tensor(), ur.grad)), us.grad
+        record(f"2-D scatter_nd {lname} gradient", grads)
+    def out_of_range():
+        try:
+            tdo.scatter_nd(place(base, [Shard(0), Shard(1)]), torch.tensor([[1, 5]]), upd[:1])
+        except IndexError as e:
+            with pytest.raises(IndexError) as want:
+                tdo.scatter_nd(base, torch.tensor([[1, 5]]), upd[:1])
+            return str(e) == str(want.value), str(e)
+        return False, "no IndexError"
+    record("2-D scatter_nd out-of-range index: the single-device IndexError", out_of_range)
+
+    def gather_grad():
+        x = torch.randint(-5, 6, (4, 7, 6), generator=torch.Generator().manual_seed(25)).double()
+        i = torch.tensor([[[1], [6], [1]], [[-1], [1], [2]], [[0], [0], [0]], [[3], [-7], [5]]])
+        gw = torch.randint(-5, 6, (4, 3, 6), generator=torch.Generator().manual_seed(26)).double()
+        xr = x.clone().requires_grad_()
+        tdo.gather_nd(xr, i, 1).backward(gw)
+        dx = place(x, [Shard(0), Shard(2)]).detach().requires_grad_()
+        out = tdo.gather_nd(dx, place(i, [Shard(0), Replicate()]), 1)
+        with CommDebugMode() as comm:
+            out.backward(place(gw, [Shard(0), Shard(2)]))
+        return (comm.get_total_counts() == 0 and list(out.placements) == [Shard(0), Shard(2)]
+                and list(dx.grad.placements) == [Shard(0), Shard(2)]
+                and torch.equal(dx.grad.full_tensor(), xr.grad)), (out.placements, dx.grad.placements)
+    record("2-D gather_nd backward, batch and trailing dims sharded", gather_grad)
+    return results
+
+
 def _worker(rank, world, path, queue):
     os.environ.setdefault("TRITON_INTERPRET", "1")
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
     try:
-        results = _cases(world, rank)
+        results = _cases_2d(rank) if world == 4 else _cases(world, rank)
     except Exception:
         results = [("worker", False, traceback.format_exc())]
     queue.put((rank, results))
@@ -234,7 +463,10 @@ def _worker(rank, world, path, queue):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("world", [2, 3])
+CASES = {2: 648, 3: 648, 4: 126}     # per rank
+
+
+@pytest.mark.parametrize("world", [2, 3, 4], ids=["2 ranks", "3 ranks", "2x2 mesh"])
 def test_dtensor_cases_match_one_process(world, tmp_path):
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
@@ -249,4 +481,4 @@ def test_dtensor_cases_match_one_process(world, tmp_path):
         assert p.exitcode == 0
     failures = [(r, n, d) for r, res in got.items() for n, ok, d in res if not ok]
     total = sum(len(res) for res in got.values())
-    assert total == world * 634 and not failures, (total, failures[:5])
+    assert total == world * CASES[world] and not failures, (total, failures[:5])

@@ -369,11 +369,55 @@ def test_gather_nd_backward_entry_point_checks_indices(case):
          "uint32": ix([[4], [0]], torch.uint32), "uint64": ix([[0], [2**63 + 1]], torch.uint64),
          "batch": ix([[[1]], [[7]]])}[case]
     b = 1 if case == "batch" else 0
-    shape = [2, 4, 5] if case == "batch" else [4, 5]
+    shape = [4]                                   # index_sizes: the indexed dim's size
     if case == "batch":
         grad = torch.ones(2, 1, 5)
     msg = same_error(through_ops("gather_nd_backward", grad, i, shape, b, None, None))
     assert msg.startswith("gather_nd: IndicesTensor value ")
+
+
+BACKWARD_BAD_CALLS = {
+    # (grad shape, indices, index_sizes, batch_dims, input_dimension_count, indices_dim_count)
+    "sizes-too-few": ((2, 5), [[0], [1]], [], 0, None, None),
+    "sizes-too-many": ((2, 5), [[0], [1]], [4, 5], 0, None, None),
+    "size-negative": ((2, 5), [[0], [1]], [-4], 0, None, None),
+    "grad-leading": ((3, 5), [[0], [1]], [4], 0, None, None),
+    "grad-rank": ((), [[0], [1]], [4], 0, None, None),
+    "grad-batch": ((3, 1, 5), [[[0]], [[1]]], [4], 1, None, None),
+    "batch-dims": ((2, 5), [[0], [1]], [4], 2, None, None),
+    "indices-rank": ((2, 5), 7, [4], 0, None, None),
+    "dml-one-count": ((1, 2, 5), [[[0], [1]]], [4], 0, 2, None),
+    "dml-input-count": ((1, 2, 5), [[[0], [1]]], [4], 0, 4, 2),
+    "dml-indices-count": ((1, 2, 5), [[[0], [1]]], [4], 0, 2, 0),
+    "dml-k-too-large": ((1, 2, 5), [[[0, 0], [1, 1]]], [4, 4], 0, 1, 2),
+    "dml-grad-padding": ((3, 2, 5), [[[0], [1]]], [4], 0, 2, 2),
+    "dml-grad-short": ((5,), [[[0], [1]]], [4], 0, 2, 2),
+}
+
+
+@pytest.mark.parametrize("case", list(BACKWARD_BAD_CALLS))
+def test_gather_nd_backward_checks_its_shapes(case):
+    """gather_nd_backward takes the k indexed sizes and derives the rest of the input's shape
+    from grad (so that it shards): a call whose grad, indices and index_sizes do not describe a
+    gather raises the same ValueError from the C++ kernel as from the portable one."""
+    g, i, sizes, b, cin, cidx = BACKWARD_BAD_CALLS[case]
+    msg = same_error(through_ops("gather_nd_backward", torch.ones(g), torch.tensor(i), sizes, b,
+                                 cin, cidx))
+    want = {"sizes-too-few": "index_sizes must hold the k = 1 indexed input sizes",
+            "sizes-too-many": "index_sizes must hold the k = 1 indexed input sizes",
+            "size-negative": "each >= 0, got [-4]",
+            "grad-leading": "grad has shape (3, 5), which is not a gather_nd output",
+            "grad-rank": "grad has shape (), which is not a gather_nd output",
+            "grad-batch": "grad has shape (3, 1, 5), which is not a gather_nd output",
+            "batch-dims": "batch_dims (BatchDimensionCount) must be in [0, IndicesTensor rank 2)",
+            "indices-rank": "IndicesTensor must have at least 1 dimension",
+            "dml-one-count": "the DML form needs both",
+            "dml-input-count": "input_dimension_count must be in [1, InputTensor.DimensionCount",
+            "dml-indices-count": "indices_dimension_count must be in [1,",
+            "dml-k-too-large": "index-tuple size and must be in [1, 1]",
+            "dml-grad-padding": "grad has shape (3, 2, 5), expected (1, 2, 5)",
+            "dml-grad-short": "grad has shape (5,), which is not a gather_nd output"}[case]
+    assert want in msg, msg
 
 
 # =============================================================================================
@@ -675,7 +719,7 @@ def test_cpp_kernels_refuse_meta_tensors(op):
         elif op == "gather_nd_out":
             _cpp(op).call_boxed(CPU, x, i, 0, None, None, "permissive", True, out=u)
         elif op == "gather_nd_backward":
-            _cpp(op).call_boxed(CPU, u, i, [4, 3], 0, None, None)
+            _cpp(op).call_boxed(CPU, u, i, [4], 0, None, None)
         elif op == "scatter_nd_out":
             _cpp(op).call_boxed(CPU, x, i, u, "none", None, None, "permissive", True, False,
                                 out=torch.empty(4, 3, device="meta"))
@@ -773,7 +817,7 @@ def test_cpp_kernels_resolve_neg_bit_inputs_themselves(op):
         assert v.tolist() == [[-9., -10., -11.]] and k.tolist() == [[3, 3, 3]]
     else:
         g = torch._neg_view(torch.ones(2, 3))
-        got = _cpp(op).call_boxed(CPU, g, i, [4, 3], 0, None, None)
+        got = _cpp(op).call_boxed(CPU, g, i, [4], 0, None, None)
         want = torch.zeros(4, 3)
         want[3] = -1.
         want[1] = -1.

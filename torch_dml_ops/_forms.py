@@ -166,3 +166,84 @@ def gather_layout(op: str, input_shape: Sequence[int], indices_shape: Sequence[i
     nat_out = tuple(nat_idx[:-1]) + tuple(nat_in[batch_dims + k:])
     out_shape = right_align(op, result_name, nat_out, len(input_shape)) if dml else nat_out
     return GatherLayout(dml, tuple(nat_in), tuple(nat_idx), batch_dims, k, out_shape, nat_out)
+
+
+def backward_layout(grad_shape: Sequence[int], indices_shape: Sequence[int],
+                    index_sizes: Sequence[int], batch_dims: int,
+                    input_dimension_count: Optional[int],
+                    indices_dimension_count: Optional[int]) -> tuple:
+    """gather_nd_backward's call: ``(input_shape, layout)`` of the forward gather.
+
+    The op takes the sizes of the k indexed input dimensions only; the batch and trailing
+    dimensions are ``grad``'s (a gather output is ``indices.shape[:-1] + input.shape[b+k:]``).
+    So the op carries no global shape, and a sharding rule can shard ``grad`` on a batch or
+    trailing dimension: the local call derives its local input shape.  Same checks and messages
+    as the C++ kernel (csrc/checks.cpp, backward_input_shape).
+    """
+    op = "gather_nd_backward"
+    grad_shape, indices_shape = tuple(grad_shape), tuple(indices_shape)
+    index_sizes = tuple(index_sizes)
+    b = batch_dims
+    if not indices_shape:
+        raise ConstraintError(
+            f"gather_nd: IndicesTensor must have at least 1 dimension (its last one is the "
+            f"index-tuple size), got shape {indices_shape}")
+    n = len(indices_shape)
+    dml = input_dimension_count is not None or indices_dimension_count is not None
+    if dml:
+        if input_dimension_count is None or indices_dimension_count is None:
+            raise ConstraintError(
+                f"gather_nd: the DML form needs both input_dimension_count and "
+                f"indices_dimension_count (got {input_dimension_count} and "
+                f"{indices_dimension_count}); pass neither for the natural form")
+        nat_idx = strip_padding("gather_nd", "IndicesTensor", "indices_dimension_count",
+                                indices_shape, indices_dimension_count)
+        if not 1 <= input_dimension_count <= n:
+            raise ConstraintError(
+                f"gather_nd: input_dimension_count must be in [1, InputTensor.DimensionCount = "
+                f"{n}], got {input_dimension_count}")
+    else:
+        nat_idx = indices_shape
+    q, k = len(nat_idx), nat_idx[-1]
+    if not isinstance(b, int) or not 0 <= b < q:
+        raise ConstraintError(
+            f"gather_nd: batch_dims (BatchDimensionCount) must be in [0, IndicesTensor rank {q}), "
+            f"got {b}")
+    if len(index_sizes) != k or any(s < 0 for s in index_sizes):
+        raise ConstraintError(
+            f"{op}: index_sizes must hold the k = {k} indexed input sizes (IndicesTensor's last "
+            f"dimension), each >= 0, got {list(index_sizes)}")
+    if dml:
+        trailing = input_dimension_count - b - k
+        if trailing < 0:
+            raise ConstraintError(
+                f"gather_nd: IndicesTensor's last dimension is the index-tuple size and must be "
+                f"in [1, {input_dimension_count - b}] (InputTensor rank {input_dimension_count} "
+                f"minus batch_dims {b}), got {k} (IndicesTensor sizes {indices_shape})")
+        nat_rank = q - 1 + trailing
+        nat_grad = grad_shape[len(grad_shape) - nat_rank:] if nat_rank <= len(grad_shape) else None
+    else:
+        nat_grad = grad_shape
+    if nat_grad is None or tuple(nat_grad[:q - 1]) != tuple(nat_idx[:-1]):
+        raise ConstraintError(
+            f"{op}: grad has shape {grad_shape}, which is not a gather_nd output for "
+            f"IndicesTensor shape {indices_shape} (its leading dimensions must be "
+            f"IndicesTensor's {tuple(nat_idx[:-1])})")
+    nat_in = tuple(nat_grad[:b]) + index_sizes + tuple(nat_grad[q - 1:])
+    input_shape = (1,) * (n - len(nat_in)) + nat_in if dml else nat_in
+    lay = gather_layout("gather_nd", input_shape, indices_shape, b, input_dimension_count,
+                        indices_dimension_count)
+    if tuple(grad_shape) != tuple(lay.out_shape):
+        raise ConstraintError(
+            f"{op}: grad has shape {grad_shape}, expected {tuple(lay.out_shape)} (the gather_nd "
+            f"output of InputTensor shape {input_shape} and IndicesTensor shape {indices_shape})")
+    return input_shape, lay
+
+
+def indexed_sizes(input_shape: Sequence[int], indices_shape: Sequence[int], batch_dims: int,
+                  input_dimension_count: Optional[int]) -> list:
+    """The sizes of a (valid) gather's k indexed input dimensions: gather_nd_backward's
+    ``index_sizes``."""
+    n = len(input_shape)
+    start = n - (input_dimension_count if input_dimension_count is not None else n) + batch_dims
+    return list(input_shape[start:start + indices_shape[-1]])

@@ -34,8 +34,9 @@ SCHEMAS = {
     # scatter-add of the output gradient into zeros of the input's shape.
     "gather_nd": f"gather_nd({_GATHER}) -> Tensor",
     "gather_nd_out": f"gather_nd_out({_GATHER}, *, Tensor(a!) out) -> ()",
-    "gather_nd_backward": ("gather_nd_backward(Tensor grad, Tensor indices, SymInt[] input_shape, "
-                           "int batch_dims, int? input_dimension_count, "
+    # index_sizes: the k indexed input dims' sizes; the batch and trailing ones are grad's.
+    "gather_nd_backward": ("gather_nd_backward(Tensor grad, Tensor indices, "
+                           "SymInt[] index_sizes, int batch_dims, int? input_dimension_count, "
                            "int? indices_dimension_count) -> Tensor"),
     # scatter_nd: functional, out=, in place (skips the copy: KV-cache updates).
     "scatter_nd": f"scatter_nd(Tensor input, {_SCATTER}) -> Tensor",
@@ -122,3 +123,24 @@ def prepare_subclass(t) -> bool:
         from . import distributed  # noqa: F401
         return isinstance(t, sys.modules["torch.distributed.tensor"].DTensor)
     return False
+
+
+
+def into_dtensor_out(op: str, out, tensors, compute):
+    """``out=`` on DTensors: ``compute()`` (the functional op, which runs under its sharding
+    rules) and then ``out.copy_(result)``, which moves the result to ``out``'s placements if
+    they differ.  So every ``out`` placement works, and a call that fails writes nothing.  (The
+    ``out=`` overloads are not called: DTensor's sharding cache does not key on ``out``.)"""
+    from ._checks import check_out_meta
+    DTensor = sys.modules["torch.distributed.tensor"].DTensor
+    if not isinstance(out, DTensor):
+        raise RuntimeError(f"{op}: out= is a {type(out).__name__} while the inputs are DTensors; "
+                           f"pass a DTensor out= (on the inputs' device mesh)")
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                       for t in tensors + (out,)):
+        raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic "
+                           f"differentiation, but one of the arguments requires grad.")
+    result = compute()
+    check_out_meta(op, out, result.shape, result.dtype)
+    out.copy_(result)
+    return out

@@ -20,9 +20,9 @@ import torch
 from . import _autograd, _backend
 from ._checks import (as_int, check_bool, check_gather_nd, check_out, check_out_meta,
                       check_tensors, raise_documented)
-from ._forms import gather_layout
+from ._forms import backward_layout, indexed_sizes
 from ._levels import _state
-from ._library import document, lib, prepare_subclass
+from ._library import document, into_dtensor_out, lib, prepare_subclass
 
 __all__ = ["gather_nd"]
 
@@ -47,16 +47,19 @@ def _gather_nd_out_fake(input, indices, batch_dims=0, input_dimension_count=None
 # the kernels: portable/gather_nd.py and csrc/gather_nd.cpp.
 # ---------------------------------------------------------------------------------------------
 
-def _gather_nd_backward_fake(grad, indices, input_shape, batch_dims, input_dimension_count,
+def _gather_nd_backward_fake(grad, indices, index_sizes, batch_dims, input_dimension_count,
                              indices_dimension_count):
-    return grad.new_empty(tuple(input_shape))
+    input_shape, _ = backward_layout(grad.shape, indices.shape, index_sizes, batch_dims,
+                                     input_dimension_count, indices_dimension_count)
+    return grad.new_empty(input_shape)
 
 
 def _gather_nd_setup_context(ctx, inputs, output):
     input, indices, batch_dims, idc_in, idc_idx = inputs[:5]
     ctx.save_for_backward(indices)
     ctx.save_for_forward(indices)
-    ctx.input_shape = tuple(input.shape)
+    # Only the indexed dims' sizes: the backward takes the rest from grad (so that it shards).
+    ctx.index_sizes = indexed_sizes(input.shape, indices.shape, batch_dims, idc_in)
     ctx.args = (batch_dims, idc_in, idc_idx)
 
 
@@ -64,7 +67,7 @@ def _gather_nd_backward(ctx, grad):
     (indices,) = ctx.saved_tensors
     grad_input = None
     if ctx.needs_input_grad[0]:
-        grad_input = GATHER_ND_BACKWARD.call(grad, indices, ctx.input_shape, *ctx.args)
+        grad_input = GATHER_ND_BACKWARD.call(grad, indices, ctx.index_sizes, *ctx.args)
     return grad_input, None, None, None, None, None, None
 
 
@@ -77,10 +80,10 @@ def _gather_nd_jvp(ctx, input_t, *_):
 
 
 def _gather_nd_backward_setup_context(ctx, inputs, output):
-    grad, indices, input_shape, batch_dims, idc_in, idc_idx = inputs
+    grad, indices, index_sizes, batch_dims, idc_in, idc_idx = inputs
     ctx.save_for_backward(indices)
     ctx.save_for_forward(indices)
-    ctx.input_shape = tuple(input_shape)
+    ctx.index_sizes = list(index_sizes)
     ctx.args = (batch_dims, idc_in, idc_idx)
 
 
@@ -97,7 +100,7 @@ def _gather_nd_backward_jvp(ctx, grad_t, *_):
     (indices,) = ctx.saved_tensors
     if grad_t is None:
         return None
-    return GATHER_ND_BACKWARD.call(grad_t, indices, ctx.input_shape, *ctx.args)
+    return GATHER_ND_BACKWARD.call(grad_t, indices, ctx.index_sizes, *ctx.args)
 
 
 # Shapes without data: FakeTensor, meta, torch.compile, torch.export.
@@ -134,19 +137,19 @@ def _gather_nd_vmap(info, in_dims, input, indices, batch_dims=0, input_dimension
     return out, 0
 
 
-def _gather_nd_backward_vmap(info, in_dims, grad, indices, input_shape, batch_dims,
+def _gather_nd_backward_vmap(info, in_dims, grad, indices, index_sizes, batch_dims,
                              input_dimension_count, indices_dimension_count):
-    lay = gather_layout("gather_nd", input_shape,
-                        _backend.logical(indices, in_dims[1]).shape, batch_dims,
-                        input_dimension_count, indices_dimension_count)
+    input_shape, lay = backward_layout(
+        _backend.logical(grad, in_dims[0]).shape, _backend.logical(indices, in_dims[1]).shape,
+        index_sizes, batch_dims, input_dimension_count, indices_dimension_count)
     g, i = _backend.vmap_operands(info, in_dims[:2], (grad, indices))
     b = info.batch_size
     if lay.dml_form:
         g = g.reshape((b,) + tuple(lay.natural_out_shape))
         i = i.reshape((b,) + tuple(lay.natural_indices_shape))
     out = torch.ops.torch_dml_ops.gather_nd_backward(
-        g, i, [b] + list(lay.natural_input_shape), lay.batch_dims + 1, None, None)
-    return out.reshape([b] + list(input_shape)), 0
+        g, i, list(index_sizes), lay.batch_dims + 1, None, None)
+    return out.reshape((b,) + tuple(input_shape)), 0
 
 
 # torch.vmap without the per-sample fallback loop (both forms).
@@ -209,8 +212,10 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
         tensor([[2., 3.],
                 [0., 1.]])
     """
-    if type(input) is not torch.Tensor:
-        prepare_subclass(input)
+    if type(input) is not torch.Tensor and prepare_subclass(input) and out is not None:
+        return into_dtensor_out("gather_nd", out, (input, indices), lambda: gather_nd(
+            input, indices, batch_dims, input_dimension_count=input_dimension_count,
+            indices_dimension_count=indices_dimension_count, check_indices=check_indices))
     level = _state.level
     batch_dims = as_int("gather_nd", "batch_dims", batch_dims)
     if type(check_indices) is not bool:     # the dispatcher would take an int for a bool
@@ -250,4 +255,6 @@ document("gather_nd_out", """\
 overlap with the inputs, written only after every index is checked).  Not differentiable.""")
 document("gather_nd_backward", """\
 The gradient of gather_nd w.r.t. its input: ``grad`` scatter-added at the gathered
-positions into zeros of ``input_shape`` (duplicates accumulate).  Linear; differentiable.""")
+positions into zeros of the input's shape (duplicates accumulate).  ``index_sizes`` are the
+sizes of the k indexed input dimensions; the batch and trailing ones are ``grad``'s (so the op
+carries no global shape and shards under DTensor).  Linear; differentiable.""")

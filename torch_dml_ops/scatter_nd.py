@@ -28,7 +28,7 @@ from ._checks import (check_bool, check_out, check_out_meta, check_scatter_nd, c
                       raise_documented)
 from ._forms import GatherLayout, gather_layout
 from ._levels import _state
-from ._library import document, lib, prepare_subclass
+from ._library import document, into_dtensor_out, lib, prepare_subclass
 from .gather_nd import GATHER_ND
 
 __all__ = ["scatter_nd", "scatter_nd_"]
@@ -333,7 +333,14 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         ...            torch.tensor([9., 10, 11, 12]))
         tensor([ 1., 11.,  3., 10.,  9.,  6.,  7., 12.])
     """
-    if type(input) is not torch.Tensor and out is None and prepare_subclass(input):
+    if type(input) is not torch.Tensor and prepare_subclass(input):
+        if out is not None:
+            return into_dtensor_out(
+                "scatter_nd", out, (input, indices, updates), lambda: scatter_nd(
+                    input, indices, updates, reduction,
+                    input_dimension_count=input_dimension_count,
+                    indices_dimension_count=indices_dimension_count,
+                    check_indices=check_indices))
         from .distributed._scatter import route     # a DTensor sharded on an indexed dim
         routed = route(input, indices, updates, reduction, input_dimension_count,
                        indices_dimension_count, check_indices, inplace=False)

@@ -25,7 +25,7 @@ def _worker(rank, world, path, repeats, queue):
     from torch.distributed.tensor import DTensor, Replicate, Shard, init_device_mesh
 
     import torch_dml_ops as tdo
-    from torch_dml_ops.distributed._topk import _chunk_bounds
+    from torch_dml_ops.distributed._placements import _chunk_bounds
     torch.set_num_threads(1)
     mesh = init_device_mesh("cpu", (world,))
     rows = []

@@ -432,6 +432,83 @@ GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape
   return lay;
 }
 
+GatherLayout backward_layout(const Shape& grad_shape, const Shape& indices_shape,
+                             const Shape& index_sizes, int64_t batch_dims,
+                             std::optional<int64_t> input_dimension_count,
+                             std::optional<int64_t> indices_dimension_count, Shape& input_shape) {
+  const char* op = "gather_nd_backward";
+  const int64_t b = batch_dims;
+  if (indices_shape.empty())
+    value_error("gather_nd: IndicesTensor must have at least 1 dimension (its last one is the "
+                "index-tuple size), got shape ()");
+  const int64_t n = static_cast<int64_t>(indices_shape.size());
+  const bool dml = input_dimension_count.has_value() || indices_dimension_count.has_value();
+  Shape nat_idx = indices_shape;
+  if (dml) {
+    auto opt = [](const std::optional<int64_t>& v) { return v ? cat(*v) : std::string("None"); };
+    if (!input_dimension_count || !indices_dimension_count)
+      value_error("gather_nd: the DML form needs both input_dimension_count and "
+                  "indices_dimension_count (got ",
+                  opt(input_dimension_count), " and ", opt(indices_dimension_count),
+                  "); pass neither for the natural form");
+    nat_idx = strip_padding("gather_nd", "IndicesTensor", "indices_dimension_count",
+                            indices_shape, *indices_dimension_count);
+    if (!(1 <= *input_dimension_count && *input_dimension_count <= n))
+      value_error("gather_nd: input_dimension_count must be in [1, InputTensor.DimensionCount = ",
+                  n, "], got ", *input_dimension_count);
+  }
+  const int64_t q = static_cast<int64_t>(nat_idx.size()), k = nat_idx.back();
+  if (!(0 <= b && b < q))
+    value_error("gather_nd: batch_dims (BatchDimensionCount) must be in [0, IndicesTensor rank ",
+                q, "), got ", b);
+  bool sizes_ok = static_cast<int64_t>(index_sizes.size()) == k;
+  for (int64_t s : index_sizes) sizes_ok = sizes_ok && s >= 0;
+  if (!sizes_ok) {
+    std::string list = "[";
+    for (size_t j = 0; j < index_sizes.size(); j++)
+      list += (j ? ", " : "") + cat(index_sizes[j]);
+    value_error(op, ": index_sizes must hold the k = ", k,
+                " indexed input sizes (IndicesTensor's last dimension), each >= 0, got ",
+                list + "]");
+  }
+  const int64_t g = static_cast<int64_t>(grad_shape.size());
+  int64_t start = 0;  // where the natural-form grad starts
+  bool grad_ok = true;
+  if (dml) {
+    const int64_t trailing = *input_dimension_count - b - k;
+    if (trailing < 0)
+      value_error("gather_nd: IndicesTensor's last dimension is the index-tuple size and must "
+                  "be in [1, ", *input_dimension_count - b, "] (InputTensor rank ",
+                  *input_dimension_count, " minus batch_dims ", b, "), got ", k,
+                  " (IndicesTensor sizes ", py_tuple(indices_shape), ")");
+    const int64_t nat_rank = q - 1 + trailing;
+    grad_ok = nat_rank <= g;
+    start = g - nat_rank;
+  }
+  grad_ok = grad_ok && g - start >= q - 1;
+  for (int64_t d = 0; grad_ok && d < q - 1; d++) grad_ok = grad_shape[start + d] == nat_idx[d];
+  if (!grad_ok) {
+    Shape lead(nat_idx.begin(), nat_idx.end() - 1);
+    value_error(op, ": grad has shape ", py_tuple(grad_shape),
+                ", which is not a gather_nd output for IndicesTensor shape ",
+                py_tuple(indices_shape), " (its leading dimensions must be IndicesTensor's ",
+                py_tuple(lead), ")");
+  }
+  Shape nat_in(grad_shape.begin() + start, grad_shape.begin() + start + b);
+  nat_in.insert(nat_in.end(), index_sizes.begin(), index_sizes.end());
+  nat_in.insert(nat_in.end(), grad_shape.begin() + start + (q - 1), grad_shape.end());
+  input_shape.assign(dml && static_cast<int64_t>(nat_in.size()) < n ? n - nat_in.size() : 0, 1);
+  input_shape.insert(input_shape.end(), nat_in.begin(), nat_in.end());
+  GatherLayout lay = gather_layout("gather_nd", input_shape, indices_shape, b,
+                                   input_dimension_count, indices_dimension_count);
+  if (grad_shape != lay.out_shape)
+    value_error(op, ": grad has shape ", py_tuple(grad_shape), ", expected ",
+                py_tuple(lay.out_shape), " (the gather_nd output of InputTensor shape ",
+                py_tuple(input_shape), " and IndicesTensor shape ", py_tuple(indices_shape),
+                ")");
+  return lay;
+}
+
 void raise_index_error(const char* op, const void* indices, int kind, int64_t flat,
                        const Shape& index_tensor_shape, const GatherLayout& lay,
                        int64_t input_rank) {

@@ -88,6 +88,14 @@ GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape
                            std::optional<int64_t> indices_dimension_count,
                            const char* result_name = "OutputTensor");
 
+// gather_nd_backward's call (torch_dml_ops/_forms.py backward_layout): the forward input's
+// shape, grad's batch and trailing dims around the k `index_sizes`, and its layout; grad's
+// shape is checked against it.
+GatherLayout backward_layout(const Shape& grad_shape, const Shape& indices_shape,
+                             const Shape& index_sizes, int64_t batch_dims,
+                             std::optional<int64_t> input_dimension_count,
+                             std::optional<int64_t> indices_dimension_count, Shape& input_shape);
+
 // IndexError for the coordinate at row-major position `flat` of `indices` (contiguous,
 // index kind `kind`), the Python layer's raise_index_error message.
 [[noreturn]] void raise_index_error(const char* op, const void* indices, int kind, int64_t flat,

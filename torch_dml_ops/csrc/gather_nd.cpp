@@ -790,25 +790,19 @@ void gather_nd_out(Tensor input, Tensor indices, int64_t batch_dims,
   }
 }
 
-Tensor gather_nd_backward(Tensor grad, Tensor indices, std::vector<int64_t> input_shape,
+Tensor gather_nd_backward(Tensor grad, Tensor indices, std::vector<int64_t> index_sizes,
                           int64_t batch_dims, std::optional<int64_t> input_dimension_count,
                           std::optional<int64_t> indices_dimension_count) {
   check_cpu_strided(kBackwardOp, {{"grad", &grad}, {"IndicesTensor", &indices}});
-  for (int64_t s : input_shape)
-    if (s < 0)
-      value_error(kBackwardOp, ": input_shape must not have negative sizes, got ",
-                  py_tuple(input_shape));
-  // The layout and index errors name the forward op, as on the portable path.
-  const GatherLayout lay = gather_layout(kOp, input_shape, shape_of(indices), batch_dims,
-                                         input_dimension_count, indices_dimension_count);
+  // The input's shape: grad's batch and trailing dims around index_sizes.  The layout and index
+  // errors name the forward op, as on the portable path.
+  Shape input_shape;
+  const GatherLayout lay = backward_layout(shape_of(grad), shape_of(indices), index_sizes,
+                                           batch_dims, input_dimension_count,
+                                           indices_dimension_count, input_shape);
   const ScalarType dtype = grad.scalar_type();
   check_data_dtype(kBackwardOp, "grad", dtype, Level::Permissive);
   check_index_dtype(kBackwardOp, "IndicesTensor", indices.scalar_type(), Level::Permissive);
-  if (shape_of(grad) != lay.out_shape)
-    value_error(kBackwardOp, ": grad has shape ", py_tuple(grad.sizes()), ", expected ",
-                py_tuple(lay.out_shape), " (the gather_nd output of InputTensor shape ",
-                py_tuple(input_shape), " and IndicesTensor shape ", py_tuple(indices.sizes()),
-                ")");
   check_storages(kBackwardOp, {{"grad", &grad}, {"IndicesTensor", &indices}});
   Tensor g = resolved(grad), idx = resolved(indices);
   if (!g.is_contiguous()) g = torch::stable::contiguous(g);

@@ -24,10 +24,12 @@ std::string tables() { return tdo::tables(); }
 
 STABLE_TORCH_LIBRARY(torch_dml_ops, m) {
   // gather_nd: functional, out= (no autograd, like torch's out= ops), and its backward (a
-  // scatter-add of the output gradient into zeros of the input's shape).
+  // scatter-add of the output gradient into zeros of the input's shape; index_sizes are the k
+  // indexed input dims' sizes, the batch and trailing ones are grad's: no global shape, so it
+  // shards under DTensor).
   m.def("gather_nd(" TDO_GATHER_ARGS ") -> Tensor");
   m.def("gather_nd_out(" TDO_GATHER_ARGS ", *, Tensor(a!) out) -> ()");
-  m.def("gather_nd_backward(Tensor grad, Tensor indices, SymInt[] input_shape, int batch_dims, "
+  m.def("gather_nd_backward(Tensor grad, Tensor indices, SymInt[] index_sizes, int batch_dims, "
         "int? input_dimension_count, int? indices_dimension_count) -> Tensor");
   // scatter_nd: functional, out=, in place.
   m.def("scatter_nd(Tensor input, " TDO_SCATTER_ARGS ") -> Tensor");

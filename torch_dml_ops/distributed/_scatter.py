@@ -1,8 +1,13 @@
-"""scatter_nd on a DTensor whose input is sharded on an indexed dimension (indices and updates
-replicated): each rank applies, in index order, only the tuples that land in its shard, after
-subtracting the shard's offset.  The duplicate policy (the last tuple wins) and every reduction
-hold exactly as on one device, since each element's tuples reach its rank in their order.  No
-collective."""
+"""scatter_nd on a DTensor whose input is sharded on an indexed dimension (by one or more mesh
+dims; indices replicated): each rank applies, in index order, only the tuples that land in its
+shard, after subtracting the shard's offset.  The duplicate policy (the last tuple wins) and
+every reduction hold exactly as on one device, since each element's tuples reach its rank in
+their order.  No collective.
+
+Other mesh dims may shard a trailing (slice) dim of the input, with ``updates`` sharded alike on
+its matching dim or replicated (then each rank slices its part); anything else (Partial,
+strided shards, sharded indices) is left to the sharding rules, which redistribute.
+"""
 from __future__ import annotations
 
 from typing import Optional
@@ -10,95 +15,113 @@ from typing import Optional
 import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
-from ._topk import _chunk_bounds
+from .._checks import check_scatter_nd
+from .._levels import _state
+from .._tables import SIGNED_INDEX_DTYPES
+from ..portable._common import check_and_wrap_plan, index_matrix
+from ._placements import local_bounds, plain
 
 
 def _replicated(t) -> bool:
     return not isinstance(t, DTensor) or all(isinstance(p, Replicate) for p in t.placements)
 
 
-def sharded_index_dim(input, indices, updates, input_dimension_count, indices_dimension_count):
-    """``(mesh dim, tensor dim)`` when the call takes this path, else None."""
+def applies(input, indices, updates, input_dimension_count, indices_dimension_count) -> bool:
+    """Whether the call takes this path."""
     if not isinstance(input, DTensor) or input_dimension_count is not None \
             or indices_dimension_count is not None or indices.ndim == 0:
-        return None
-    k = indices.shape[-1]
-    sharded = [(m, p.dim) for m, p in enumerate(input.placements)
-               if isinstance(p, Shard) and p.dim < k]
-    if len(sharded) != 1 or not _replicated(indices) or not _replicated(updates):
-        return None
-    if any(not isinstance(p, Replicate) for m, p in enumerate(input.placements)
-           if m != sharded[0][0]):
-        return None                      # a second sharded mesh dim: the general rules
-    return sharded[0]
+        return False
+    k, placements = indices.shape[-1], input.placements
+    if not any(isinstance(p, Shard) and p.dim < k for p in placements):
+        return False                    # the sharding rules cover it (no collective)
+    if not plain(placements) or not _replicated(indices):
+        return False
+    if isinstance(indices, DTensor) and indices.device_mesh != input.device_mesh:
+        return False
+    if isinstance(updates, DTensor):
+        if updates.device_mesh != input.device_mesh:
+            return False
+        tuple_dims = indices.ndim - 1
+        for p_in, p_up in zip(placements, updates.placements):
+            if isinstance(p_up, Replicate):
+                continue
+            if not (type(p_up) is Shard and isinstance(p_in, Shard) and p_in.dim >= k
+                    and p_up.dim == tuple_dims + p_in.dim - k):
+                return False
+    return True
 
 
-def _local(t, grad_placements=None):
-    if isinstance(t, DTensor):
-        return t.to_local(grad_placements=grad_placements)
-    return t
+def _meta(t):
+    return torch.empty(t.shape, dtype=t.dtype, device="meta")
 
 
-def _select(input: DTensor, indices, updates, op: str, mesh_dim: int, dim: int):
-    """This rank's tuples (re-offset) and their updates."""
-    n = input.shape[dim]
-    mesh = input.device_mesh
-    start, stop = _chunk_bounds(n, mesh.size(mesh_dim), mesh.get_local_rank(mesh_dim))
-    idx = _local(indices)
-    # updates are replicated: each rank's gradient is its share of the sum.
-    upd = _local(updates, grad_placements=[Partial()] * mesh.ndim
-                 if isinstance(updates, DTensor) else None)
-    k = idx.shape[-1]
-    flat = idx.reshape(-1, k)
-    if flat.dtype == torch.uint64:
-        wide = flat.view(torch.int64)
-        if bool((wide < 0).any()):          # 2**63 or more: out of range, never negative
-            pos = int((wide < 0).any(1).nonzero()[0, 0])
-            raise IndexError(f"{op}: IndicesTensor tuple {pos} holds a uint64 index of 2**63 or "
-                             f"more, out of range")
-        flat = wide
+def _local_call(input: DTensor, indices, updates, reduction, check_indices, op):
+    """This rank's (input shard, tuples, updates), or None when the updates' shard does not
+    cover the input's (nested shards split in another order: the rules then redistribute)."""
+    mesh, placements = input.device_mesh, input.placements
+    # Every rule of the op, with its messages, on the global shapes.
+    lay = check_scatter_nd(_meta(input), _meta(indices), _meta(updates), reduction, None, None,
+                           _state.level, check_indices, False, op)
+    k = lay.k
+    tuple_dims = indices.ndim - 1
+    bounds = local_bounds(input.shape, mesh, placements)
+    # The updates this rank needs: its input shard's part of every trailing dim.
+    up_pl = updates.placements if isinstance(updates, DTensor) else [Replicate()] * mesh.ndim
+    up_bounds = (local_bounds(updates.shape, mesh, up_pl) if isinstance(updates, DTensor)
+                 else [(0, int(n)) for n in updates.shape])
+    cuts = []
+    for j in range(k, input.ndim):
+        (a, b), (ua, ub) = bounds[j], up_bounds[tuple_dims + j - k]
+        if a < ua or b > ub:
+            return None
+        cuts.append((tuple_dims + j - k, a - ua, b - a))
+    if isinstance(updates, DTensor):
+        # A rank that uses part of replicated updates owns a part of their gradient: Partial.
+        grad_pl = [Partial() if isinstance(p_in, Shard) and isinstance(p_up, Replicate) else p_up
+                   for p_in, p_up in zip(placements, up_pl)]
+        upd = updates.to_local(grad_placements=grad_pl)
     else:
-        flat = flat.to(torch.int64)
-    col = flat[:, dim]
-    signed = indices.dtype in (torch.int64, torch.int32)
-    low = -n if signed else 0
-    bad = (col < low) | (col >= n)
-    if bool(bad.any()):
-        pos = int(bad.nonzero()[0, 0])
-        raise IndexError(f"{op}: IndicesTensor tuple {pos} has index {int(col[pos])} in "
-                         f"dimension {dim}, out of range for InputTensor.Sizes[{dim}] = {n}")
-    col = torch.where(col < 0, col + n, col)
-    mine = (col >= start) & (col < stop)
-    local_idx = flat[mine].clone()
-    local_idx[:, dim] = col[mine] - start
-    local_upd = upd.reshape((-1,) + tuple(input.shape[k:]))[mine]
-    return local_idx, local_upd
-
-
-def scatter_nd(input: DTensor, indices, updates, reduction: str, mesh_dim: int, dim: int,
-               check_indices: bool = True) -> DTensor:
-    from ..scatter_nd import scatter_nd as _scatter_nd
-    local_idx, local_upd = _select(input, indices, updates, "scatter_nd", mesh_dim, dim)
-    out = _scatter_nd(input.to_local(), local_idx, local_upd, reduction,
-                      check_indices=check_indices)
-    return DTensor.from_local(out, input.device_mesh, input.placements, run_check=False,
-                              shape=input.shape, stride=input.stride())
-
-
-def scatter_nd_(input: DTensor, indices, updates, reduction: str, mesh_dim: int, dim: int,
-                check_indices: bool = True) -> DTensor:
-    from ..scatter_nd import scatter_nd_ as _scatter_nd_
-    local_idx, local_upd = _select(input, indices, updates, "scatter_nd_", mesh_dim, dim)
-    _scatter_nd_(input._local_tensor, local_idx, local_upd, reduction,
-                 check_indices=check_indices)
-    return input
+        upd = updates
+    for d, start, length in cuts:
+        if start or length != upd.shape[d]:
+            upd = upd.narrow(d, start, length)
+    idx = indices.to_local() if isinstance(indices, DTensor) else indices
+    idx2 = index_matrix(idx, lay.n_tuples, k, small=False)
+    # The single-device range check and message (negative indices wrap; the local call checks
+    # its re-offset tuples again).
+    check_and_wrap_plan(op, idx, idx2, lay.index_sizes, idx.dtype in SIGNED_INDEX_DTYPES,
+                        lay.dim_names(input.ndim))
+    flat = idx2.to(torch.int64)
+    mine = torch.ones(flat.shape[0], dtype=torch.bool, device=flat.device)
+    local = flat.clone()
+    for j in range(k):
+        a, b = bounds[j]
+        n = int(input.shape[j])
+        if (a, b) == (0, n):
+            continue
+        col = torch.where(flat[:, j] < 0, flat[:, j] + n, flat[:, j])
+        mine &= (col >= a) & (col < b)
+        local[:, j] = col - a
+    upd = upd.reshape((-1,) + tuple(upd.shape[tuple_dims:]))
+    return local[mine], upd[mine]
 
 
 def route(input, indices, updates, reduction, input_dimension_count, indices_dimension_count,
           check_indices, inplace: bool) -> Optional[DTensor]:
-    where = sharded_index_dim(input, indices, updates, input_dimension_count,
-                              indices_dimension_count)
-    if where is None:
+    """The sharded-indexed-dim scatter, or None when the call does not take this path."""
+    if not applies(input, indices, updates, input_dimension_count, indices_dimension_count):
         return None
-    fn = scatter_nd_ if inplace else scatter_nd
-    return fn(input, indices, updates, reduction, *where, check_indices=check_indices)
+    op = "scatter_nd_" if inplace else "scatter_nd"
+    picked = _local_call(input, indices, updates, reduction, check_indices, op)
+    if picked is None:
+        return None
+    local_idx, local_upd = picked
+    from ..scatter_nd import scatter_nd as _scatter_nd, scatter_nd_ as _scatter_nd_
+    if inplace:
+        _scatter_nd_(input._local_tensor, local_idx, local_upd, reduction,
+                     check_indices=check_indices)
+        return input
+    out = _scatter_nd(input.to_local(), local_idx, local_upd, reduction,
+                      check_indices=check_indices)
+    return DTensor.from_local(out, input.device_mesh, input.placements, run_check=False,
+                              shape=input.shape, stride=input.stride())

@@ -6,8 +6,10 @@ One mesh dimension's view: ``register_sharding`` expands each rule over every me
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
 _ops = torch.ops.torch_dml_ops
@@ -84,10 +86,23 @@ def _top_k1_rules(input, k, axis=-1, direction="decreasing", index_dtype=None,
     return rules
 
 
-def _gather_nd_backward_rules(grad, indices, input_shape, batch_dims, input_dimension_count,
+def _gather_nd_backward_rules(grad, indices, index_sizes, batch_dims, input_dimension_count,
                               indices_dimension_count):
-    # input_shape is the global shape, which a rule cannot rewrite for a local call: replicate.
-    return [([Replicate()], [Replicate(), Replicate(), None, None, None, None])]
+    # The op takes only the indexed dims' sizes (the rest of the input's shape is grad's), so a
+    # local call on a shard of grad computes its shard of grad_input.
+    extra = [None] * 4
+    rules = [([Replicate()], [Replicate(), Replicate()] + extra)]
+    if input_dimension_count is not None or indices_dimension_count is not None:
+        return rules                      # DML form: replicate
+    k = _k(indices)
+    tuple_dims = indices.ndim - 1
+    for d in range(batch_dims):           # a batch dim: grad_input sharded alike
+        rules.append(([Shard(d)], [Shard(d), Shard(d)] + extra))
+    for d in range(batch_dims, tuple_dims):   # the tuples split: each rank adds its part
+        rules.append(([Partial()], [Shard(d), Shard(d)] + extra))
+    for t in range(grad.ndim - tuple_dims):   # a trailing slice dim
+        rules.append(([Shard(batch_dims + k + t)], [Shard(tuple_dims + t), Replicate()] + extra))
+    return rules
 
 
 _registered = False
@@ -105,4 +120,18 @@ def register() -> None:
     register_sharding(_ops.scatter_nd_.default)(_scatter_nd_inplace_rules)
     register_sharding(_ops.scatter_nd_out.default)(_scatter_nd_out_rules)
     register_sharding(_ops.gather_nd_out.default)(_gather_nd_out_rules)
+    for op in (_ops.scatter_nd_out.default, _ops.gather_nd_out.default):
+        _key_on_out(op)
     _registered = True
+
+
+def _key_on_out(op) -> None:
+    """register_sharding keys DTensor's sharding cache on the int arguments only: two calls of an
+    ``out=`` overload that differ only in ``out``'s placements would share one strategy (and
+    the second run its kernel on shards of the wrong shape).  Key on ``out`` too.  (The public
+    functions do not call these overloads with DTensors; ``torch.ops`` callers do.)"""
+    prop = DTensor._op_dispatcher.sharding_propagator
+    info = getattr(prop, "op_to_schema_info", {}).get(op)
+    if info is not None and "out" not in (info.static_kwargkey or []):
+        prop.op_to_schema_info[op] = dataclasses.replace(
+            info, static_kwargkey=list(info.static_kwargkey or []) + ["out"])

@@ -6,6 +6,9 @@ crosses gloo or NCCL unchanged).  Every rank then drops the padding, concatenate
 in rank order and takes the stable top-k of that.  Candidates of rank r precede those of rank
 r+1 and carry larger global indices in order, so among equal values the merge keeps the lower
 global index first: the result equals ``top_k1`` of the whole tensor, ties, NaN and +-0 included.
+
+An axis sharded by several mesh dims (nested chunks) merges once per mesh dim, innermost first:
+each merge yields the top-k of the chunk one level up, in the same order.
 """
 from __future__ import annotations
 
@@ -17,13 +20,7 @@ from .._checks import check_top_k1
 from .._levels import _state
 from ..top_k1 import TOP_K1, TopK1Result, _direction
 from ..top_k1 import top_k1 as _top_k1
-
-
-def _chunk_bounds(n: int, parts: int, rank: int) -> tuple:
-    """DTensor's Shard placement splits like ``torch.chunk``: chunks of ceil(n / parts)."""
-    size = -(-n // parts) if parts else n
-    start = min(rank * size, n)
-    return start, min(start + size, n)
+from ._placements import local_bounds, plain, shard_stages
 
 
 def _pack(values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -42,36 +39,42 @@ def _unpack(buf: torch.Tensor, k: int, dtype: torch.dtype) -> tuple:
 
 class _ShardedTopK(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, local, k, axis, direction, n, group, parts, rank):
-        start, stop = _chunk_bounds(n, parts, rank)
-        moved = local.movedim(axis, -1)
-        kk = min(k, stop - start)
-        if kk > 0:
-            v, i = _top_k1(moved.detach(), kk, -1, direction)
+    def forward(ctx, local, k, axis, direction, start, stop, stages):
+        """``local`` holds ``[start, stop)`` of the axis; ``stages``: ``(group, sizes)`` per
+        mesh dim that shards the axis, innermost first (``_placements.shard_stages``)."""
+        moved = local.movedim(axis, -1).detach()
+        have = min(k, stop - start)
+        if have > 0:
+            v, i = _top_k1(moved, have, -1, direction)
         else:
             v = moved.new_empty(moved.shape[:-1] + (0,))
             i = torch.empty(v.shape, dtype=torch.int64, device=v.device)
-        pad = k - kk
-        if pad:
-            v = torch.cat([v, v.new_zeros(v.shape[:-1] + (pad,))], dim=-1)
-            i = torch.cat([i, i.new_zeros(i.shape[:-1] + (pad,))], dim=-1)
-        buf = _pack(v, i + start)
-        gathered = funcol.all_gather_single(buf.unsqueeze(0), gather_dim=0, group=group)
-        gathered = funcol.wait_tensor(gathered)
-        cand_v, cand_i = [], []
-        for r in range(parts):
-            r_start, r_stop = _chunk_bounds(n, parts, r)
-            real = min(k, r_stop - r_start)
-            rv, ri = _unpack(gathered[r], k, local.dtype)
-            cand_v.append(rv[..., :real])
-            cand_i.append(ri[..., :real])
-        cv, ci = torch.cat(cand_v, dim=-1), torch.cat(cand_i, dim=-1)
-        mv, mi = _top_k1(cv, k, -1, direction)
-        global_idx = torch.gather(ci, -1, mi)
-        ctx.save_for_backward(global_idx)
+        i = i + start
+        for group, sizes in stages:
+            pad = k - have
+            if pad:
+                v = torch.cat([v, v.new_zeros(v.shape[:-1] + (pad,))], dim=-1)
+                i = torch.cat([i, i.new_zeros(i.shape[:-1] + (pad,))], dim=-1)
+            gathered = funcol.all_gather_single(_pack(v, i).unsqueeze(0), gather_dim=0,
+                                                group=group)
+            gathered = funcol.wait_tensor(gathered)
+            cand_v, cand_i = [], []
+            for r, size in enumerate(sizes):
+                real = min(k, size)
+                rv, ri = _unpack(gathered[r], k, local.dtype)
+                cand_v.append(rv[..., :real])
+                cand_i.append(ri[..., :real])
+            cv, ci = torch.cat(cand_v, dim=-1), torch.cat(cand_i, dim=-1)
+            have = min(k, cv.shape[-1])
+            if have:                    # (an inner merge of empty chunks has nothing to sort)
+                v, mi = _top_k1(cv, have, -1, direction)
+                i = torch.gather(ci, -1, mi)
+            else:
+                v, i = cv, ci
+        ctx.save_for_backward(i)
         ctx.meta = (axis, start, stop, local.shape)
-        ctx.mark_non_differentiable(global_idx)
-        return mv.movedim(-1, axis), global_idx.movedim(-1, axis)
+        ctx.mark_non_differentiable(i)
+        return v.movedim(-1, axis), i.movedim(-1, axis)
 
     @staticmethod
     def backward(ctx, grad_values, _grad_indices):
@@ -82,23 +85,16 @@ class _ShardedTopK(torch.autograd.Function):
         local_idx = torch.where(mine, global_idx - start, 0)
         grad = g.new_zeros(tuple(shape[:axis]) + tuple(shape[axis + 1:]) + (shape[axis],))
         grad.scatter_add_(-1, local_idx, torch.where(mine, g, 0))
-        return grad.movedim(-1, axis), None, None, None, None, None, None, None
-
-
-def sharded_axis(input: DTensor, axis: int):
-    """The mesh dimension that shards ``axis`` (None if none does; ValueError if several)."""
-    dims = [m for m, p in enumerate(input.placements) if isinstance(p, Shard) and p.dim == axis]
-    if len(dims) > 1:
-        raise ValueError(f"top_k1: axis {axis} is sharded on mesh dimensions {dims}; sharding "
-                         f"an axis on more than one mesh dimension is not supported")
-    return dims[0] if dims else None
+        return grad.movedim(-1, axis), None, None, None, None, None, None
 
 
 def top_k1(input: DTensor, k: int, axis: int = -1, direction="decreasing",
            index_dtype: torch.dtype = torch.int64) -> TopK1Result:
-    """``torch_dml_ops.top_k1`` of a DTensor.  Sharded along ``axis``: the exact distributed
-    top-k (one all-gather of k candidates per rank); the result is replicated along that mesh
-    dimension.  Otherwise the op runs on the local shards (its sharding rule)."""
+    """``torch_dml_ops.top_k1`` of a DTensor.  Sharded along ``axis`` (by one or more mesh
+    dims): the exact distributed top-k (one all-gather of k candidates per rank and mesh dim);
+    the result is replicated along those mesh dims and keeps the other placements.  Otherwise
+    the op runs on the local shards (its sharding rule).  Partial placements are reduced first
+    (a top-k of partial sums is not the top-k of the sum)."""
     if not isinstance(input, DTensor):
         raise TypeError(f"torch_dml_ops.distributed.top_k1: input must be a DTensor, got "
                         f"{type(input).__name__}")
@@ -107,17 +103,24 @@ def top_k1(input: DTensor, k: int, axis: int = -1, direction="decreasing",
     # Every rule of the op, with its messages, on the global shape.
     ax = check_top_k1(torch.empty(input.shape, dtype=input.dtype, device="meta"), k, axis, d,
                       index_dtype, level)
-    m = sharded_axis(input, ax)
-    if m is None:
+    if not any(isinstance(p, Shard) and p.dim == ax for p in input.placements):
         return TopK1Result(*TOP_K1.call_public(input, k, axis, d, index_dtype, level))
-    n = input.shape[ax]
     mesh = input.device_mesh
-    values, indices = _ShardedTopK.apply(input.to_local(), k, ax, d, n, mesh.get_group(m),
-                                         mesh.size(m), mesh.get_local_rank(m))
+    if not plain(input.placements):
+        # Partial sums, or a strided shard (whose chunk order is not the axis order): replicate
+        # those mesh dims first.
+        input = input.redistribute(mesh, [p if plain([p]) else Replicate()
+                                          for p in input.placements])
+        if not any(isinstance(p, Shard) and p.dim == ax for p in input.placements):
+            return TopK1Result(*TOP_K1.call_public(input, k, axis, d, index_dtype, level))
+    start, stop = local_bounds(input.shape, mesh, input.placements)[ax]
+    stages = [(mesh.get_group(m), sizes)
+              for m, sizes in shard_stages(input.shape[ax], mesh, input.placements, ax)]
+    values, indices = _ShardedTopK.apply(input.to_local(), k, ax, d, start, stop, stages)
     if index_dtype != torch.int64:
         indices = indices.to(index_dtype)
-    placements = list(input.placements)
-    placements[m] = Replicate()
+    placements = [Replicate() if isinstance(p, Shard) and p.dim == ax else p
+                  for p in input.placements]
     shape = list(input.shape)
     shape[ax] = k
     wrap = dict(device_mesh=mesh, placements=placements, run_check=False)

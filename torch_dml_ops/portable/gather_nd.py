@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 
 from .._checks import check_gather_nd, check_out, check_storages, resolved, written
-from .._forms import GatherLayout, gather_layout
+from .._forms import GatherLayout, backward_layout
 from .._tables import SIGNED_INDEX_DTYPES
 from ._common import as_movable, check_and_wrap_plan, index_matrix, linear_rows, report_bad_index
 
@@ -149,13 +149,14 @@ def make_kernels(compute) -> dict:
     return {"gather_nd": gather_nd, "gather_nd_out": gather_nd_out}
 
 
-def gather_nd_backward(grad, indices, input_shape, batch_dims, input_dimension_count,
+def gather_nd_backward(grad, indices, index_sizes, batch_dims, input_dimension_count,
                        indices_dimension_count):
-    """grad_input = zeros of ``input_shape`` with ``grad``'s slices added at the gathered
-    positions (duplicates accumulate): one ``index_add_`` of rows.  Every backend's (it is
-    itself differentiable through the registered ops)."""
-    lay = gather_layout("gather_nd", input_shape, indices.shape, batch_dims,
-                        input_dimension_count, indices_dimension_count)
+    """grad_input = zeros of the input's shape (``grad``'s batch and trailing dims around
+    ``index_sizes``) with ``grad``'s slices added at the gathered positions (duplicates
+    accumulate): one ``index_add_`` of rows.  Every backend's (it is itself differentiable
+    through the registered ops)."""
+    input_shape, lay = backward_layout(grad.shape, indices.shape, index_sizes, batch_dims,
+                                       input_dimension_count, indices_dimension_count)
     check_storages("gather_nd_backward", ("grad", grad), ("IndicesTensor", indices))
     grad_in = torch.zeros(lay.rows, lay.slice_len, dtype=grad.dtype, device=grad.device)
     indices, grad = resolved(indices), resolved(grad)
