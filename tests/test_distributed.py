@@ -75,6 +75,37 @@ def _cases(world, rank):
     (tdo.top_k1(xr, 4)[0] * torch.arange(1., 5, dtype=torch.float64)).sum().backward()
     a, b = _chunk_bounds(9, world, rank)
     results.append(("top_k1 gradient", torch.equal(dx.grad.to_local(), xr.grad[:, a:b]), ""))
+    # the public function on public APIs (what tdo.top_k1 calls for a DTensor sharded on axis)
+    try:
+        import torch_dml_ops.distributed as tdo_dist
+        x = torch.randn(3, 10, generator=torch.Generator().manual_seed(13))
+        v, i = tdo_dist.top_k1(shard(x, 1), 4, axis=1, direction="increasing",
+                               index_dtype=torch.int32)
+        ev, ei = tdo.top_k1(x, 4, 1, "increasing", torch.int32)
+        ok = torch.equal(v.to_local(), ev) and torch.equal(i.to_local(), ei)
+        v, i = tdo_dist.top_k1(shard(x, 0), 4)          # not on axis: the sharding rule
+        a, b = _chunk_bounds(3, world, rank)
+        ok = ok and v.placements == (Shard(0),) and torch.equal(v.to_local(), tdo.top_k1(x, 4)[0][a:b])
+        try:
+            tdo_dist.top_k1(x, 4)
+            ok = False
+        except TypeError as e:
+            ok = ok and "input must be a DTensor" in str(e)
+        results.append(("torch_dml_ops.distributed.top_k1", ok, ""))
+    except Exception:
+        results.append(("torch_dml_ops.distributed.top_k1", False, traceback.format_exc()))
+    try:                                     # gradient with a non-axis dim sharded
+        x = torch.randn(6, 9, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
+        dx = shard(x, 0).detach().requires_grad_()
+        v, _ = tdo.top_k1(dx, 4)
+        w = torch.arange(24, dtype=torch.float64).reshape(6, 4)
+        (v.full_tensor() * w).sum().backward()
+        xr = x.clone().requires_grad_()
+        (tdo.top_k1(xr, 4)[0] * w).sum().backward()
+        ok = dx.grad.placements == (Shard(0),) and torch.equal(dx.grad.full_tensor(), xr.grad)
+        results.append(("top_k1 gradient, other dim sharded", ok, f"{dx.grad.placements}"))
+    except Exception:
+        results.append(("top_k1 gradient, other dim sharded", False, traceback.format_exc()))
     # gradients through gather_nd / scatter_nd on sharded inputs (the backward replicates)
     x = torch.randn(7, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     i = torch.tensor([[1], [6], [-1], [1]])
@@ -463,7 +494,7 @@ def _worker(rank, world, path, queue):
     dist.destroy_process_group()
 
 
-CASES = {2: 648, 3: 648, 4: 126}     # per rank
+CASES = {2: 650, 3: 650, 4: 126}     # per rank
 
 
 @pytest.mark.parametrize("world", [2, 3, 4], ids=["2 ranks", "3 ranks", "2x2 mesh"])
