@@ -303,6 +303,16 @@ def _cases(world, rank):
         ok = "out-of-place" in str(e) and torch.equal(target.to_local(), x.narrow(
             0, *(lambda a, b: (a, b - a))(*_chunk_bounds(6, world, rank))))
         results.append(("scatter_nd_ refuses a placement change", ok, str(e)))
+    try:    # the public function: the same refusal, naming the functional op
+        target = shard(x.clone(), 0)
+        tdo.scatter_nd_(target, shard(i, 0), rep(u))      # sharded tuples: no local path
+        results.append(("public scatter_nd_ refuses a placement change", False, "no error"))
+    except RuntimeError as e:
+        a, b = _chunk_bounds(6, world, rank)
+        ok = ("use the functional torch_dml_ops.scatter_nd" in str(e)
+              and str(e).startswith("scatter_nd_: the target DTensor has placements (Shard(dim=0),)")
+              and torch.equal(target.to_local(), x[a:b]))
+        results.append(("public scatter_nd_ refuses a placement change", ok, str(e)))
     # collective-free placements
     x = torch.randn(7, 5, generator=torch.Generator().manual_seed(1))
     i = torch.tensor([[1], [6], [-1]])
@@ -494,7 +504,7 @@ def _worker(rank, world, path, queue):
     dist.destroy_process_group()
 
 
-CASES = {2: 650, 3: 650, 4: 126}     # per rank
+CASES = {2: 651, 3: 651, 4: 126}     # per rank
 
 
 @pytest.mark.parametrize("world", [2, 3, 4], ids=["2 ranks", "3 ranks", "2x2 mesh"])

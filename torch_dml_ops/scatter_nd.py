@@ -402,7 +402,14 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
         else:
             _INPLACE_OP(*args)
         return input
-    except Exception:
+    except Exception as exc:
+        if "in-place operations that require placement changes" in str(exc):
+            placements = lambda t: tuple(getattr(t, "placements", ())) or "a plain tensor"
+            raise RuntimeError(
+                f"scatter_nd_: the target DTensor has placements {placements(input)}, which this "
+                f"call cannot keep (IndicesTensor {placements(indices)}, UpdatesTensor "
+                f"{placements(updates)}); use the functional torch_dml_ops.scatter_nd, which "
+                f"returns a new DTensor (the target is unchanged)") from exc
         # The documented exception for a refused call, with the kernel's message (see gather_nd).
         def check():
             check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
