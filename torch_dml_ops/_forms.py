@@ -60,6 +60,21 @@ def right_align(op: str, name: str, shape: tuple, n: int) -> tuple:
     return (1,) * (n - len(shape)) + tuple(shape)
 
 
+def dml_form(op: str, input_dimension_count: Optional[int],
+             indices_dimension_count: Optional[int]) -> bool:
+    """Whether a gather / scatter call is in the DML form (both counts given; one alone is an
+    error)."""
+    if input_dimension_count is None and indices_dimension_count is None:
+        return False
+    if input_dimension_count is None or indices_dimension_count is None:
+        raise ConstraintError(
+            f"{op}: the DML form needs both input_dimension_count and indices_dimension_count "
+            f"(got {input_dimension_count} and {indices_dimension_count}); pass neither for the "
+            f"natural form"
+        )
+    return True
+
+
 @dataclass(frozen=True)
 class GatherLayout:
     """Where a gather_nd / scatter_nd call reads and writes, in the natural form.
@@ -110,14 +125,8 @@ def gather_layout(op: str, input_shape: Sequence[int], indices_shape: Sequence[i
     result_name = updates_name or "OutputTensor"
     input_shape = tuple(input_shape)
     indices_shape = tuple(indices_shape)
-    dml = input_dimension_count is not None or indices_dimension_count is not None
+    dml = dml_form(op, input_dimension_count, indices_dimension_count)
     if dml:
-        if input_dimension_count is None or indices_dimension_count is None:
-            raise ConstraintError(
-                f"{op}: the DML form needs both input_dimension_count and indices_dimension_count "
-                f"(got {input_dimension_count} and {indices_dimension_count}); pass neither for the "
-                f"natural form"
-            )
         n = len(input_shape)
         # spec DML_GATHER_ND.md IndicesTensor: "The DimensionCount of this tensor must match
         # InputTensor.DimensionCount."
@@ -189,13 +198,8 @@ def backward_layout(grad_shape: Sequence[int], indices_shape: Sequence[int],
             f"gather_nd: IndicesTensor must have at least 1 dimension (its last one is the "
             f"index-tuple size), got shape {indices_shape}")
     n = len(indices_shape)
-    dml = input_dimension_count is not None or indices_dimension_count is not None
+    dml = dml_form("gather_nd", input_dimension_count, indices_dimension_count)
     if dml:
-        if input_dimension_count is None or indices_dimension_count is None:
-            raise ConstraintError(
-                f"gather_nd: the DML form needs both input_dimension_count and "
-                f"indices_dimension_count (got {input_dimension_count} and "
-                f"{indices_dimension_count}); pass neither for the natural form")
         nat_idx = strip_padding("gather_nd", "IndicesTensor", "indices_dimension_count",
                                 indices_shape, indices_dimension_count)
         if not 1 <= input_dimension_count <= n:

@@ -352,6 +352,19 @@ Shape strip_padding(const char* op, const char* name, const char* count_name, co
   return Shape(shape.begin() + (n - count), shape.end());
 }
 
+// Whether a call is in the DML form (both counts given; one alone is an error).
+bool dml_form(const char* op, std::optional<int64_t> input_dimension_count,
+              std::optional<int64_t> indices_dimension_count) {
+  if (!input_dimension_count && !indices_dimension_count) return false;
+  auto opt = [](const std::optional<int64_t>& v) { return v ? cat(*v) : std::string("None"); };
+  if (!input_dimension_count || !indices_dimension_count)
+    value_error(op, ": the DML form needs both input_dimension_count and "
+                "indices_dimension_count (got ",
+                opt(input_dimension_count), " and ", opt(indices_dimension_count),
+                "); pass neither for the natural form");
+  return true;
+}
+
 }  // namespace
 
 std::string GatherLayout::dim_name(int64_t j, int64_t input_rank) const {
@@ -364,14 +377,8 @@ GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape
                            std::optional<int64_t> indices_dimension_count,
                            const char* result_name) {
   GatherLayout lay;
-  lay.dml_form = input_dimension_count.has_value() || indices_dimension_count.has_value();
-  auto opt = [](const std::optional<int64_t>& v) { return v ? cat(*v) : std::string("None"); };
+  lay.dml_form = dml_form(op, input_dimension_count, indices_dimension_count);
   if (lay.dml_form) {
-    if (!input_dimension_count || !indices_dimension_count)
-      value_error(op, ": the DML form needs both input_dimension_count and "
-                  "indices_dimension_count (got ",
-                  opt(input_dimension_count), " and ", opt(indices_dimension_count),
-                  "); pass neither for the natural form");
     size_t n = input_shape.size();
     if (indices_shape.size() != n)
       value_error(op, ": in the DML form IndicesTensor.DimensionCount must equal "
@@ -442,15 +449,9 @@ GatherLayout backward_layout(const Shape& grad_shape, const Shape& indices_shape
     value_error("gather_nd: IndicesTensor must have at least 1 dimension (its last one is the "
                 "index-tuple size), got shape ()");
   const int64_t n = static_cast<int64_t>(indices_shape.size());
-  const bool dml = input_dimension_count.has_value() || indices_dimension_count.has_value();
+  const bool dml = dml_form("gather_nd", input_dimension_count, indices_dimension_count);
   Shape nat_idx = indices_shape;
   if (dml) {
-    auto opt = [](const std::optional<int64_t>& v) { return v ? cat(*v) : std::string("None"); };
-    if (!input_dimension_count || !indices_dimension_count)
-      value_error("gather_nd: the DML form needs both input_dimension_count and "
-                  "indices_dimension_count (got ",
-                  opt(input_dimension_count), " and ", opt(indices_dimension_count),
-                  "); pass neither for the natural form");
     nat_idx = strip_padding("gather_nd", "IndicesTensor", "indices_dimension_count",
                             indices_shape, *indices_dimension_count);
     if (!(1 <= *input_dimension_count && *input_dimension_count <= n))
