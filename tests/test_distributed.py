@@ -230,6 +230,27 @@ def _cases(world, rank):
                         "" if ok else f"{us.grad} {ur.grad}"))
     except Exception:
         results.append(("scatter_nd sharded index gradient", False, traceback.format_exc()))
+    try:                                   # in place under autograd (a non-leaf target)
+        xs = shard(base, 0).detach().requires_grad_()
+        us = rep(upd).detach().requires_grad_()
+        y = xs * 2
+        same_obj = tdo.scatter_nd_(y, rep(idx), us, "mul") is y
+        (y.full_tensor() * torch.arange(66, dtype=torch.float64).reshape(11, 3, 2)).sum().backward()
+        xr, ur = base.clone().requires_grad_(), upd.clone().requires_grad_()
+        yr = xr * 2
+        tdo.scatter_nd_(yr, idx, ur, "mul")
+        (yr * torch.arange(66, dtype=torch.float64).reshape(11, 3, 2)).sum().backward()
+        ok = (same_obj and torch.equal(xs.grad.full_tensor(), xr.grad)
+              and torch.equal(us.grad.full_tensor(), ur.grad))
+        results.append(("scatter_nd_ sharded index under autograd", ok, f"{xs.grad}"))
+        try:
+            tdo.scatter_nd_(shard(base, 0).detach().requires_grad_(), rep(idx), rep(upd))
+            results.append(("scatter_nd_ sharded index, leaf refused", False, "no error"))
+        except RuntimeError as e:
+            results.append(("scatter_nd_ sharded index, leaf refused",
+                            "leaf Variable that requires grad" in str(e), str(e)))
+    except Exception:
+        results.append(("scatter_nd_ sharded index under autograd", False, traceback.format_exc()))
     # out= and in place on a trailing dim: no collective, the target keeps its placement
     x = torch.randn(6, 4, generator=torch.Generator().manual_seed(8))
     i = torch.tensor([[1], [4], [1]])
@@ -504,7 +525,7 @@ def _worker(rank, world, path, queue):
     dist.destroy_process_group()
 
 
-CASES = {2: 651, 3: 651, 4: 126}     # per rank
+CASES = {2: 653, 3: 653, 4: 126}     # per rank
 
 
 @pytest.mark.parametrize("world", [2, 3, 4], ids=["2 ranks", "3 ranks", "2x2 mesh"])

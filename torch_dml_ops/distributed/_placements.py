@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import Replicate, Shard
 
 
 def _chunk_bounds(n: int, parts: int, rank: int) -> tuple:
@@ -45,7 +45,3 @@ def shard_stages(n: int, mesh, placements, dim: int) -> list:
             stages.append((m, sizes))
             length = sizes[mesh.get_local_rank(m)]
     return stages[::-1]
-
-
-def is_dtensor(t) -> bool:
-    return isinstance(t, DTensor)

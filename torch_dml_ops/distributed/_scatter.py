@@ -117,11 +117,24 @@ def route(input, indices, updates, reduction, input_dimension_count, indices_dim
         return None
     local_idx, local_upd = picked
     from ..scatter_nd import scatter_nd as _scatter_nd, scatter_nd_ as _scatter_nd_
-    if inplace:
+    differentiable = torch.is_grad_enabled() and (input.requires_grad or local_upd.requires_grad)
+    if inplace and not differentiable:
+        # Into the shard itself; the DTensor's version counter records the write.
         _scatter_nd_(input._local_tensor, local_idx, local_upd, reduction,
                      check_indices=check_indices)
+        torch.autograd.graph.increment_version(input)
         return input
-    out = _scatter_nd(input.to_local(), local_idx, local_upd, reduction,
-                      check_indices=check_indices)
-    return DTensor.from_local(out, input.device_mesh, input.placements, run_check=False,
-                              shape=input.shape, stride=input.stride())
+    local = input.to_local()
+    if inplace:
+        # to_local aliases the shard that copy_ then overwrites, and the scatter's backward may
+        # have saved it ("mul", "max", "min").
+        local = local.clone()
+    out = DTensor.from_local(_scatter_nd(local, local_idx, local_upd, reduction,
+                                         check_indices=check_indices),
+                             input.device_mesh, input.placements, run_check=False,
+                             shape=input.shape, stride=input.stride())
+    if inplace:
+        # Under autograd: a write autograd records on the DTensor (torch's in-place rules and
+        # gradients; a leaf that requires grad is refused), a local copy (same placements).
+        return input.copy_(out)
+    return out
