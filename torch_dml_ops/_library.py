@@ -125,12 +125,12 @@ def prepare_subclass(t) -> bool:
     return False
 
 
-
 def into_dtensor_out(op: str, out, tensors, compute):
     """``out=`` on DTensors: ``compute()`` (the functional op, which runs under its sharding
     rules) and then ``out.copy_(result)``, which moves the result to ``out``'s placements if
-    they differ.  So every ``out`` placement works, and a call that fails writes nothing.  (The
-    ``out=`` overloads are not called: DTensor's sharding cache does not key on ``out``.)"""
+    they differ.  So every ``out`` placement works (the ``out=`` overloads' rules take only the
+    output's placements), the op runs sharded rather than on inputs redistributed to suit
+    ``out``, and a call that fails writes nothing.  The cost: one output-sized temporary."""
     from ._checks import check_out_meta
     DTensor = sys.modules["torch.distributed.tensor"].DTensor
     if not isinstance(out, DTensor):

@@ -404,7 +404,8 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
         return input
     except Exception as exc:
         if "in-place operations that require placement changes" in str(exc):
-            placements = lambda t: tuple(getattr(t, "placements", ())) or "a plain tensor"
+            def placements(t):
+                return tuple(getattr(t, "placements", ())) or "a plain tensor"
             raise RuntimeError(
                 f"scatter_nd_: the target DTensor has placements {placements(input)}, which this "
                 f"call cannot keep (IndicesTensor {placements(indices)}, UpdatesTensor "
