@@ -211,6 +211,25 @@ def _cases(world, rank):
                     results.append((name, ok, "" if ok else f"{got.to_local()}"))
                 except Exception:
                     results.append((name, False, traceback.format_exc()))
+    try:            # element scatters with duplicates under deterministic mode: the last wins
+        eidx = torch.tensor([[3, 1, 0], [3, 1, 0], [-8, 2, 1], [3, -2, 0], [10, 0, 1],
+                             [3, 1, -2], [10, 0, 1], [-1, 0, 1]])
+        eupd = torch.arange(1., 9, dtype=torch.float64)
+        torch.use_deterministic_algorithms(True)
+        try:
+            want = tdo.scatter_nd(base, eidx, eupd)
+            got = tdo.scatter_nd(shard(base, 0), rep(eidx), rep(eupd))
+            inplace = shard(base.clone(), 0)
+            tdo.scatter_nd_(inplace, eidx, eupd)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        a, b = _chunk_bounds(11, world, rank)
+        ok = (want[3, 1, 0] == 6 and want[10, 0, 1] == 8 and torch.equal(got.to_local(), want[a:b])
+              and torch.equal(inplace.to_local(), want[a:b]))
+        results.append(("scatter_nd sharded index, deterministic duplicates", ok, f"{got.to_local()}"))
+    except Exception:
+        results.append(("scatter_nd sharded index, deterministic duplicates", False,
+                        traceback.format_exc()))
     try:                                   # an out-of-range index raises on every rank
         tdo.scatter_nd(shard(base, 0), rep(torch.tensor([[11, 0]])), rep(upd[:1]))
         results.append(("scatter_nd sharded index out of range", False, "no IndexError"))
@@ -525,7 +544,7 @@ def _worker(rank, world, path, queue):
     dist.destroy_process_group()
 
 
-CASES = {2: 653, 3: 653, 4: 126}     # per rank
+CASES = {2: 654, 3: 654, 4: 126}     # per rank
 
 
 @pytest.mark.parametrize("world", [2, 3, 4], ids=["2 ranks", "3 ranks", "2x2 mesh"])
