@@ -187,7 +187,7 @@ def backward_layout(grad_shape: Sequence[int], indices_shape: Sequence[int],
     dimensions are ``grad``'s (a gather output is ``indices.shape[:-1] + input.shape[b+k:]``).
     So the op carries no global shape, and a sharding rule can shard ``grad`` on a batch or
     trailing dimension: the local call derives its local input shape.  Same checks and messages
-    as the C++ kernel (csrc/checks.cpp, backward_input_shape).
+    as the C++ kernel (csrc/checks.cpp, backward_layout).
     """
     op = "gather_nd_backward"
     grad_shape, indices_shape = tuple(grad_shape), tuple(indices_shape)
