@@ -16,6 +16,14 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
                                 reason="needs torch.distributed with gloo")
 
 
+def same(a, b):
+    """Bit for bit: NaN where NaN, equal values elsewhere, -0.0 where -0.0."""
+    if a.dtype.is_floating_point:
+        return (torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0), b.nan_to_num(0))
+                and torch.equal(a.signbit() & ~a.isnan(), b.signbit() & ~b.isnan()))
+    return torch.equal(a, b)
+
+
 def _cases(world, rank):
     from torch.distributed.tensor import DTensor, Replicate, Shard, init_device_mesh
     from torch.distributed.tensor.debug import CommDebugMode
@@ -31,12 +39,6 @@ def _cases(world, rank):
 
     def rep(x):
         return DTensor.from_local(x, mesh, [Replicate()], run_check=False)
-
-    def same(a, b):
-        if a.dtype.is_floating_point:
-            return (torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0), b.nan_to_num(0))
-                    and torch.equal(a.signbit() & ~a.isnan(), b.signbit() & ~b.isnan()))  # -0.0
-        return torch.equal(a, b)
 
     results = []
     pool = torch.tensor([0., -0., 1., float("nan"), float("inf"), -1.])
@@ -320,6 +322,14 @@ def _cases(world, rank):
             results.append((f"{name} out= failing call", False, "no error"))
         except IndexError:
             results.append((f"{name} out= failing call", bool((o.to_local() == 7).all()), ""))
+    try:                                   # out= refuses autograd, as torch's out= functions
+        o = rep(torch.full((3, 4), 7.))
+        tdo.gather_nd(shard(x, 1).detach().requires_grad_(), rep(i), out=o)
+        results.append(("gather_nd out= refuses autograd", False, "no error"))
+    except RuntimeError as e:
+        results.append(("gather_nd out= refuses autograd",
+                        "don't support automatic differentiation" in str(e)
+                        and bool((o.to_local() == 7).all()), str(e)))
     try:    # torch.ops: the out= overload's strategies; a placement they cannot give is refused
         o = rep(torch.zeros(3, 4))         # (after a cached call with another out placement)
         torch.ops.torch_dml_ops.gather_nd_out(shard(x, 1), rep(i), out=o)
@@ -401,12 +411,6 @@ def _cases_2d(rank):
         local = x[box(x, placements)].contiguous()
         return DTensor.from_local(local, mesh, placements, run_check=False, shape=x.shape,
                                   stride=x.stride())
-
-    def same(a, b):
-        if a.dtype.is_floating_point:
-            return (torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0), b.nan_to_num(0))
-                    and torch.equal(a.signbit() & ~a.isnan(), b.signbit() & ~b.isnan()))  # -0.0
-        return torch.equal(a, b)
 
     def record(name, fn):
         try:
@@ -544,7 +548,7 @@ def _worker(rank, world, path, queue):
     dist.destroy_process_group()
 
 
-CASES = {2: 654, 3: 654, 4: 126}     # per rank
+CASES = {2: 655, 3: 655, 4: 126}     # per rank
 
 
 @pytest.mark.parametrize("world", [2, 3, 4], ids=["2 ranks", "3 ranks", "2x2 mesh"])

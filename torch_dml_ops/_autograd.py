@@ -198,11 +198,15 @@ class OutOverload:
         return below_autograd(self.op, self._redispatch,
                               (kwargs["out"],) + args[:self.n_tensors], args, kwargs)
 
+    def refuse_grad(self, tensors) -> None:
+        """torch's refusal of an ``out=`` call where a tensor requires grad (under grad mode)."""
+        if _C.is_grad_enabled() and _C._any_requires_grad(*tensors):
+            self._refuse_grad()
+
     def call(self, tensors, *args, out):
         """``tensors``: the inputs and ``out``, for the refusal and the eager shortcut (as in
         ``Differentiable.call``)."""
-        if _C.is_grad_enabled() and _C._any_requires_grad(*tensors):
-            self._refuse_grad()
+        self.refuse_grad(tensors)
         keyset = eager_keyset(tensors)
         if keyset is not None:
             return self._redispatch(keyset, *args, out=out)

@@ -202,10 +202,9 @@ def backward_layout(grad_shape: Sequence[int], indices_shape: Sequence[int],
     if dml:
         nat_idx = strip_padding("gather_nd", "IndicesTensor", "indices_dimension_count",
                                 indices_shape, indices_dimension_count)
-        if not 1 <= input_dimension_count <= n:
-            raise ConstraintError(
-                f"gather_nd: input_dimension_count must be in [1, InputTensor.DimensionCount = "
-                f"{n}], got {input_dimension_count}")
+        # its range (the input has the indices' DimensionCount): strip_padding's own check
+        strip_padding("gather_nd", "InputTensor", "input_dimension_count", (1,) * n,
+                      input_dimension_count)
     else:
         nat_idx = indices_shape
     q, k = len(nat_idx), nat_idx[-1]

@@ -125,21 +125,19 @@ def prepare_subclass(t) -> bool:
     return False
 
 
-def into_dtensor_out(op: str, out, tensors, compute):
-    """``out=`` on DTensors: ``compute()`` (the functional op, which runs under its sharding
+def into_dtensor_out(overload, out, tensors, compute):
+    """``out=`` on DTensors (``overload``: the ``_autograd.OutOverload``): ``compute()`` (the functional op, which runs under its sharding
     rules) and then ``out.copy_(result)``, which moves the result to ``out``'s placements if
     they differ.  So every ``out`` placement works (the ``out=`` overloads' rules take only the
     output's placements), the op runs sharded rather than on inputs redistributed to suit
     ``out``, and a call that fails writes nothing.  The cost: one output-sized temporary."""
     from ._checks import check_out_meta
+    op = overload.public_name
     DTensor = sys.modules["torch.distributed.tensor"].DTensor
     if not isinstance(out, DTensor):
         raise RuntimeError(f"{op}: out= is a {type(out).__name__} while the inputs are DTensors; "
                            f"pass a DTensor out= (on the inputs' device mesh)")
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
-                                       for t in tensors + (out,)):
-        raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic "
-                           f"differentiation, but one of the arguments requires grad.")
+    overload.refuse_grad(tuple(t for t in tensors + (out,) if isinstance(t, torch.Tensor)))
     result = compute()
     check_out_meta(op, out, result.shape, result.dtype)
     out.copy_(result)

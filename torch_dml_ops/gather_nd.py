@@ -213,7 +213,7 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
                 [0., 1.]])
     """
     if type(input) is not torch.Tensor and prepare_subclass(input) and out is not None:
-        return into_dtensor_out("gather_nd", out, (input, indices), lambda: gather_nd(
+        return into_dtensor_out(GATHER_ND_OUT, out, (input, indices), lambda: gather_nd(
             input, indices, batch_dims, input_dimension_count=input_dimension_count,
             indices_dimension_count=indices_dimension_count, check_indices=check_indices))
     level = _state.level

@@ -336,7 +336,7 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
     if type(input) is not torch.Tensor and prepare_subclass(input):
         if out is not None:
             return into_dtensor_out(
-                "scatter_nd", out, (input, indices, updates), lambda: scatter_nd(
+                SCATTER_ND_OUT, out, (input, indices, updates), lambda: scatter_nd(
                     input, indices, updates, reduction,
                     input_dimension_count=input_dimension_count,
                     indices_dimension_count=indices_dimension_count,

@@ -454,9 +454,9 @@ GatherLayout backward_layout(const Shape& grad_shape, const Shape& indices_shape
   if (dml) {
     nat_idx = strip_padding("gather_nd", "IndicesTensor", "indices_dimension_count",
                             indices_shape, *indices_dimension_count);
-    if (!(1 <= *input_dimension_count && *input_dimension_count <= n))
-      value_error("gather_nd: input_dimension_count must be in [1, InputTensor.DimensionCount = ",
-                  n, "], got ", *input_dimension_count);
+    // Its range (the input has the indices' DimensionCount): strip_padding's own check.
+    strip_padding("gather_nd", "InputTensor", "input_dimension_count", Shape(n, 1),
+                  *input_dimension_count);
   }
   const int64_t q = static_cast<int64_t>(nat_idx.size()), k = nat_idx.back();
   if (!(0 <= b && b < q))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import torch
 from torch.distributed.tensor import Replicate, Shard
 
 
@@ -11,6 +12,11 @@ def _chunk_bounds(n: int, parts: int, rank: int) -> tuple:
     size = -(-n // parts) if parts else n
     start = min(rank * size, n)
     return start, min(start + size, n)
+
+
+def meta_like(t) -> torch.Tensor:
+    """A meta tensor of ``t``'s global shape and dtype: the checks' view of a DTensor call."""
+    return torch.empty(t.shape, dtype=t.dtype, device="meta")
 
 
 def plain(placements) -> bool:

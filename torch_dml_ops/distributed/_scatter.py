@@ -19,7 +19,7 @@ from .._checks import check_scatter_nd
 from .._levels import _state
 from .._tables import SIGNED_INDEX_DTYPES
 from ..portable._common import check_and_wrap_plan, index_matrix
-from ._placements import local_bounds, plain
+from ._placements import local_bounds, meta_like, plain
 
 
 def _replicated(t) -> bool:
@@ -51,17 +51,13 @@ def applies(input, indices, updates, input_dimension_count, indices_dimension_co
     return True
 
 
-def _meta(t):
-    return torch.empty(t.shape, dtype=t.dtype, device="meta")
-
-
 def _local_call(input: DTensor, indices, updates, reduction, check_indices, op):
     """This rank's (input shard, tuples, updates), or None when the updates' shard does not
     cover the input's (nested shards split in another order: the rules then redistribute)."""
     mesh, placements = input.device_mesh, input.placements
     # Every rule of the op, with its messages, on the global shapes.
-    lay = check_scatter_nd(_meta(input), _meta(indices), _meta(updates), reduction, None, None,
-                           _state.level, check_indices, False, op)
+    lay = check_scatter_nd(meta_like(input), meta_like(indices), meta_like(updates), reduction,
+                           None, None, _state.level, check_indices, False, op)
     k = lay.k
     tuple_dims = indices.ndim - 1
     bounds = local_bounds(input.shape, mesh, placements)

@@ -20,7 +20,7 @@ from .._checks import check_top_k1
 from .._levels import _state
 from ..top_k1 import TOP_K1, TopK1Result, _direction
 from ..top_k1 import top_k1 as _top_k1
-from ._placements import local_bounds, plain, shard_stages
+from ._placements import local_bounds, meta_like, plain, shard_stages
 
 
 def _pack(values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -37,18 +37,25 @@ def _unpack(buf: torch.Tensor, k: int, dtype: torch.dtype) -> tuple:
     return v, i
 
 
+def _stable_top(x: torch.Tensor, have: int, direction):
+    """``top_k1`` of the last dim with ``have`` (<= its size) kept; ``have`` 0 (an empty
+    shard, or an inner merge of empty chunks) gives empty values and positions."""
+    if have:
+        return _top_k1(x, have, -1, direction)
+    return x[..., :0], torch.empty(x.shape[:-1] + (0,), dtype=torch.int64, device=x.device)
+
+
+def _on_axis(placements, axis: int) -> bool:
+    return any(isinstance(p, Shard) and p.dim == axis for p in placements)
+
+
 class _ShardedTopK(torch.autograd.Function):
     @staticmethod
     def forward(ctx, local, k, axis, direction, start, stop, stages):
         """``local`` holds ``[start, stop)`` of the axis; ``stages``: ``(group, sizes)`` per
         mesh dim that shards the axis, innermost first (``_placements.shard_stages``)."""
-        moved = local.movedim(axis, -1).detach()
         have = min(k, stop - start)
-        if have > 0:
-            v, i = _top_k1(moved, have, -1, direction)
-        else:
-            v = moved.new_empty(moved.shape[:-1] + (0,))
-            i = torch.empty(v.shape, dtype=torch.int64, device=v.device)
+        v, i = _stable_top(local.movedim(axis, -1).detach(), have, direction)
         i = i + start
         for group, sizes in stages:
             pad = k - have
@@ -66,11 +73,8 @@ class _ShardedTopK(torch.autograd.Function):
                 cand_i.append(ri[..., :real])
             cv, ci = torch.cat(cand_v, dim=-1), torch.cat(cand_i, dim=-1)
             have = min(k, cv.shape[-1])
-            if have:                    # (an inner merge of empty chunks has nothing to sort)
-                v, mi = _top_k1(cv, have, -1, direction)
-                i = torch.gather(ci, -1, mi)
-            else:
-                v, i = cv, ci
+            v, mi = _stable_top(cv, have, direction)
+            i = torch.gather(ci, -1, mi)
         ctx.save_for_backward(i)
         ctx.meta = (axis, start, stop, local.shape)
         ctx.mark_non_differentiable(i)
@@ -101,9 +105,8 @@ def top_k1(input: DTensor, k: int, axis: int = -1, direction="decreasing",
     d = _direction(direction)
     level = _state.level
     # Every rule of the op, with its messages, on the global shape.
-    ax = check_top_k1(torch.empty(input.shape, dtype=input.dtype, device="meta"), k, axis, d,
-                      index_dtype, level)
-    if not any(isinstance(p, Shard) and p.dim == ax for p in input.placements):
+    ax = check_top_k1(meta_like(input), k, axis, d, index_dtype, level)
+    if not _on_axis(input.placements, ax):
         return TopK1Result(*TOP_K1.call_public(input, k, axis, d, index_dtype, level))
     mesh = input.device_mesh
     if not plain(input.placements):
@@ -111,7 +114,7 @@ def top_k1(input: DTensor, k: int, axis: int = -1, direction="decreasing",
         # those mesh dims first.
         input = input.redistribute(mesh, [p if plain([p]) else Replicate()
                                           for p in input.placements])
-        if not any(isinstance(p, Shard) and p.dim == ax for p in input.placements):
+        if not _on_axis(input.placements, ax):
             return TopK1Result(*TOP_K1.call_public(input, k, axis, d, index_dtype, level))
     start, stop = local_bounds(input.shape, mesh, input.placements)[ax]
     stages = [(mesh.get_group(m), sizes)
@@ -119,8 +122,7 @@ def top_k1(input: DTensor, k: int, axis: int = -1, direction="decreasing",
     values, indices = _ShardedTopK.apply(input.to_local(), k, ax, d, start, stop, stages)
     if index_dtype != torch.int64:
         indices = indices.to(index_dtype)
-    placements = [Replicate() if isinstance(p, Shard) and p.dim == ax else p
-                  for p in input.placements]
+    placements = [Replicate() if _on_axis([p], ax) else p for p in input.placements]
     shape = list(input.shape)
     shape[ax] = k
     wrap = dict(device_mesh=mesh, placements=placements, run_check=False)
