@@ -34,7 +34,7 @@ TRITON_DEVICE = "cuda" if _HAS_CUDA else "cpu"
 NATIVE_OK = _library.extension_loaded()
 NATIVE_SKIP = f"the C++ extension is not built ({_library.EXTENSION_ERROR})"
 #: Whether the extension registered its own CPU kernel for each op.  Read here, before any test
-#: enters a ``torch_dml_ops.backend`` block (which registers CPU kernels of its own); until an
+#: enters a ``torch_dml_ops._backend.override`` block (which registers CPU kernels of its own); until an
 #: op's C++ kernel is built, the CPU key falls back to the portable path, ``native`` included.
 CPP_KERNELS = {op: torch._C._dispatch_has_kernel_for_dispatch_key(
     f"{_library.NAMESPACE}::{op}", "CPU") for op in _library.OPS}
@@ -81,7 +81,7 @@ def _seed():
 
 @pytest.fixture
 def backend():
-    """Switch backends for one test: ``backend("triton")`` (``torch_dml_ops.backend`` entered
+    """Switch backends for one test: ``backend("triton")`` (``torch_dml_ops._backend.override`` entered
     until the test ends; a later call replaces the earlier one)."""
     import torch_dml_ops as tdo
     blocks = []
@@ -89,7 +89,7 @@ def backend():
     def set_backend(name):
         while blocks:
             blocks.pop().__exit__(None, None, None)
-        block = tdo.backend(name)
+        block = tdo._backend.override(name)
         block.__enter__()
         blocks.append(block)
     yield set_backend
@@ -99,7 +99,7 @@ def backend():
 
 @pytest.fixture(params=[backend_param(name) for name in BACKENDS])
 def any_backend(request, backend):
-    """Every backend in turn (``torch_dml_ops.backend`` entered for the test): ``torch`` (the
+    """Every backend in turn (``torch_dml_ops._backend.override`` entered for the test): ``torch`` (the
     portable path), ``native`` (the C++ kernels on the CPU), ``triton`` (CUDA, or the CPU
     through the interpreter).  Returns the name; ``dev`` is the device to test it on."""
     backend(request.param)

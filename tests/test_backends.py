@@ -1,7 +1,7 @@
 """Every backend through the dispatcher, against the oracles (tests/reference.py and the
 plain-Python ones here) and against the portable path.
 
-The ``any_backend`` fixture (conftest.py) enters ``torch_dml_ops.backend(name)`` for the test:
+The ``any_backend`` fixture (conftest.py) enters ``torch_dml_ops._backend.override(name)`` for the test:
 ``torch`` (the portable path), ``native`` (the C++ kernels on the CPU; skipped where the extension
 is not built) and ``triton`` (CUDA, or the CPU through triton's interpreter, which is slow: the
 large grids run a subset under it, chosen where they are parametrized by ``over_backends``).
@@ -218,13 +218,52 @@ def cpp_covers(any_backend, *ops):
 # 0. Choosing the backend
 # =============================================================================================
 
+def test_no_public_runtime_backend_switch():
+    """Switching backends re-registers dispatcher kernels, which is not safe while other threads
+    dispatch (issue 19: concurrent calls failed with internal asserts or ran another op's
+    kernel), so the switch is private (tests, benchmark, demo); the environment variable, read
+    once at import, selects a backend for the process."""
+    assert not hasattr(tdo, "backend") and "backend" not in tdo.__all__
+    assert tdo.current_backend() == "auto"
+
+
+def test_calls_from_many_threads_agree():
+    """Four threads calling every op concurrently (the C++ kernels, torch's thread pool) get
+    exactly the single-threaded results."""
+    import threading
+    x = torch.randn(64, 33)
+    idx = torch.randint(-64, 64, (50, 1))
+    upd = torch.randn(50, 33)
+    want = (tdo.gather_nd(x, idx), tdo.scatter_nd(x, idx, upd, "add"), tdo.top_k1(x, 5))
+    failures = []
+
+    def work():
+        try:
+            for _ in range(200):
+                got = (tdo.gather_nd(x, idx), tdo.scatter_nd(x, idx, upd, "add"), tdo.top_k1(x, 5))
+                target = x.clone()
+                tdo.scatter_nd_(target, idx, upd, "add")
+                assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+                assert torch.equal(target, want[1])
+                assert all(torch.equal(a, b) for a, b in zip(got[2], want[2]))
+        except Exception as e:      # reported below, with the thread's exception
+            failures.append(repr(e))
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:3]
+
+
 def test_backend_blocks_nest_and_restore():
+    """The private switch the tests use (``_backend.override``)."""
     assert tdo.current_backend() == "auto"
     x = torch.tensor([1.0, 3.0, 2.0, 3.0])
-    with tdo.backend("torch") as outer:
+    with tdo._backend.override("torch") as outer:
         assert outer == "torch" == tdo.current_backend()
         inner = "native" if NATIVE_OK else "torch"
-        with tdo.backend(inner):
+        with tdo._backend.override(inner):
             assert tdo.current_backend() == inner
             assert tdo.gather_nd(x, torch.tensor([[1]])).tolist() == [3.0]
         assert tdo.current_backend() == "torch"
@@ -232,13 +271,13 @@ def test_backend_blocks_nest_and_restore():
     assert tdo.current_backend() == "auto"
     with pytest.raises(ValueError, match="backend 'cuda' is not one of auto, torch, triton, "
                                          "native"):
-        tdo.backend("cuda")
+        tdo._backend.override("cuda")
     assert tdo.current_backend() == "auto"
 
 
 def test_environment_variable_is_read_once_at_import(monkeypatch):
     """TORCH_DML_OPS_BACKEND selects the backend for the process when the package is imported;
-    changing it later switches nothing (tests use ``torch_dml_ops.backend``); a bad name is
+    changing it later switches nothing (tests use ``torch_dml_ops._backend.override``); a bad name is
     refused (at import: ``apply_environment``)."""
     import os
     import subprocess
@@ -251,7 +290,7 @@ os.environ["TORCH_DML_OPS_BACKEND"] = "native"
 assert tdo.current_backend() == "torch"
 x = torch.arange(6.).reshape(3, 2)
 assert tdo.gather_nd(x, torch.tensor([[2]])).tolist() == [[4., 5.]]
-with tdo.backend("auto"):
+with tdo._backend.override("auto"):
     assert tdo.current_backend() == "auto"
 assert tdo.current_backend() == "torch"
 print("ok")
@@ -1031,7 +1070,7 @@ def gather_scatter_problems(draw):
 
 
 def _run(fn, name):
-    with tdo.backend(name):
+    with tdo._backend.override(name):
         try:
             return fn(), None
         except IndexError as e:
@@ -1076,7 +1115,7 @@ def check_top_k1(x, k, axis, direction, index_dtype=torch.int64, oracle=True, de
     and, when ``oracle``, against the loop oracle; returns the result."""
     xd = x.to(dev)
     got = tdo.top_k1(xd, k, axis, direction, index_dtype)
-    with tdo.backend("torch"):
+    with tdo._backend.override("torch"):
         want = tdo.top_k1(xd, k, axis, direction, index_dtype)
     assert got.values.dtype == x.dtype and got.indices.dtype == index_dtype
     assert got.values.shape == want.values.shape and got.indices.shape == want.indices.shape
@@ -1218,7 +1257,7 @@ def test_property_top_k1_matches_portable_and_oracle(name, problem):
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with tdo.backend(name):
+        with tdo._backend.override(name):
             check_top_k1(x, k, axis, direction, index_dtype)
     finally:
         torch.set_num_threads(saved)
@@ -1764,7 +1803,7 @@ def test_gather_scatter_same_result_on_any_thread_count(any_backend, num_threads
     x = torch.randn(500, slice_len, generator=g).double()
     i = torch.randint(-500, 500, (200000, 1), generator=g)
     u = torch.randn(200000, slice_len, generator=g).double()
-    with tdo.backend("torch"):
+    with tdo._backend.override("torch"):
         want_g, want_s = tdo.gather_nd(x, i), tdo.scatter_nd(x, i, u, reduction)
     for threads in THREADS + (1000,):
         num_threads(threads)
@@ -1783,7 +1822,7 @@ def test_gather_same_result_on_any_thread_count(any_backend, num_threads):
     ib = make_indices((4, 40000), (300,), torch.uint32)
     calls = [lambda: tdo.gather_nd(x, i), lambda: tdo.gather_nd(x, i1),
              lambda: tdo.gather_nd(xb, ib, 1)]
-    with tdo.backend("torch"):
+    with tdo._backend.override("torch"):
         wants = [fn() for fn in calls]
     for threads in THREADS:
         num_threads(threads)
@@ -1804,7 +1843,7 @@ def test_scatter_same_result_on_any_thread_count(any_backend, num_threads, deter
     i1 = make_indices((3000,), (512,), torch.int32)
     u1 = make_updates(x, i1)
     calls = [lambda: tdo.scatter_nd(x, i, u, reduction), lambda: tdo.scatter_nd(x, i1, u1, reduction)]
-    with tdo.backend("torch"):
+    with tdo._backend.override("torch"):
         wants = [fn() for fn in calls]
     for threads in THREADS:
         num_threads(threads)

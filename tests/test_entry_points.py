@@ -1,5 +1,5 @@
 """The C++ kernels called directly, below the public functions: ``torch.ops.torch_dml_ops.<op>``
-under ``torch_dml_ops.backend("native")``, with every kind of bad argument.
+under ``torch_dml_ops._backend.override("native")``, with every kind of bad argument.
 
 The reference is the public function on the portable path: for each rule the C++ entry point
 must raise the same message, as the exception type a C++ kernel can raise (``ValueError`` where
@@ -82,7 +82,7 @@ def same_error(case):
     ``tensors``.  Returns the message."""
     public, entry, tensors = case
     state = _snapshot(tensors)
-    with tdo.backend("torch"):
+    with tdo._backend.override("torch"):
         with pytest.raises(Exception) as want:
             public()
     _unchanged(state, "reference")

@@ -121,12 +121,12 @@ assert tdo.scatter_nd(x, i, torch.ones(2, 3), "add")[2].tolist() == [7., 8., 9.]
 assert tdo.top_k1(x, 2, 0).indices.tolist() == [[3, 3, 3], [2, 2, 2]]
 assert all(name != "native" for name, _, _ in tdo.available_backends())
 try:
-    tdo.backend("native").__enter__()
+    tdo._backend.override("native").__enter__()
 except RuntimeError as e:
     assert str(e).startswith("backend 'native': the C++ extension is not built"), str(e)
 else:
     raise AssertionError("backend('native') entered without the extension")
-with tdo.backend("torch"):
+with tdo._backend.override("torch"):
     assert tdo.gather_nd(x, i)[1].tolist() == [0., 1., 2.]
 print("ok")
 """

@@ -842,3 +842,30 @@ def test_resized_storage_leaves_the_other_tensors_alone():
     with pytest.raises(RuntimeError, match="UpdatesTensor's storage"):
         tdo.scatter_nd_(target, torch.tensor([[1]]), _freed(torch.ones(1)))
     assert torch.equal(target, torch.full((4,), 7.))
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+def test_public_out_calls_compile_fullgraph(compiler):
+    """``tdo.gather_nd(..., out=)`` and ``tdo.scatter_nd(..., out=)`` compile with
+    ``fullgraph=True`` (issue 19: the out= autograd refusal called a function dynamo skips) and
+    write what eager writes; under grad mode with an input that requires grad the compiled call
+    refuses as eager does."""
+    torch._dynamo.reset()
+
+    def f(x, i, u, go, so):
+        tdo.gather_nd(x, i, out=go)
+        tdo.scatter_nd(x, i, u, "add", out=so)
+        return go.sum() + so.sum()
+
+    x, i, u = torch.randn(6, 5), torch.tensor([[1], [-1], [1]]), torch.randn(3, 5)
+    go_e, so_e = torch.empty(3, 5), torch.empty(6, 5)
+    go_c, so_c = torch.empty(3, 5), torch.empty(6, 5)
+    want = f(x, i, u, go_e, so_e)
+    got = torch.compile(f, backend=compiler, fullgraph=True)(x, i, u, go_c, so_c)
+    assert torch.equal(go_c, go_e) and torch.equal(so_c, so_e) and torch.equal(got, want)
+    if compiler == "aot_eager":
+        # (fullgraph=False: dynamo hands a raising frame back to eager, which raises torch's
+        # message; under fullgraph=True dynamo reports any user exception as its own error)
+        with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+            torch.compile(f, backend=compiler)(x.requires_grad_(), i, u, go_c, so_c)

@@ -10,7 +10,7 @@ import sys as _sys
 from ._errors import ConstraintError, ConstraintIndexError, ConstraintTypeError, MemoryOverlapError
 from ._levels import FEATURE_LEVELS, feature_level, get_feature_level
 from . import _backend
-from ._backend import available_backends, backend, current_backend
+from ._backend import available_backends, current_backend
 from .gather_nd import gather_nd
 from .scatter_nd import scatter_nd, scatter_nd_
 from .top_k1 import AxisDirection, TopK1Result, top_k1, topk
@@ -37,7 +37,6 @@ __all__ = [
     "ConstraintTypeError",
     "ConstraintIndexError",
     "MemoryOverlapError",
-    "backend",
     "current_backend",
     "available_backends",
 ]

@@ -78,7 +78,7 @@ def _examples():
 
 
 def _run_on(backend: str, device: str, fn):
-    with tdo.backend(backend):
+    with tdo._backend.override(backend):
         res = fn(device)
     return tuple(r.cpu() for r in res) if isinstance(res, tuple) else res.cpu()
 

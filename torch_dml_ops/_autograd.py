@@ -199,9 +199,12 @@ class OutOverload:
                               (kwargs["out"],) + args[:self.n_tensors], args, kwargs)
 
     def refuse_grad(self, tensors) -> None:
-        """torch's refusal of an ``out=`` call where a tensor requires grad (under grad mode)."""
-        if _C.is_grad_enabled() and _C._any_requires_grad(*tensors):
-            self._refuse_grad()
+        """torch's refusal of an ``out=`` call where a tensor requires grad (under grad mode).
+        Plain attribute reads, which dynamo traces (it skips ``_C._any_requires_grad``)."""
+        if torch.is_grad_enabled():
+            for t in tensors:
+                if isinstance(t, torch.Tensor) and t.requires_grad:
+                    self._refuse_grad()
 
     def call(self, tensors, *args, out):
         """``tensors``: the inputs and ``out``, for the refusal and the eager shortcut (as in

@@ -18,9 +18,8 @@ name in C++).  A kernel covers every call it is given: it validates, computes, b
 counter of what it writes, and, where its device code lacks a case, says so in its docstring and
 hands the call to the portable kernel itself.
 
-``with torch_dml_ops.backend(name):`` overrides the CPU and CUDA kernels for the block (tests,
-benchmarks, debugging); ``TORCH_DML_OPS_BACKEND`` selects one for the whole process, read once at
-import.  Names:
+``TORCH_DML_OPS_BACKEND`` selects the backend for the whole process; it is read once, at import,
+and its kernels are registered then, before any call.  Names:
 
   ``auto``    the defaults above;
   ``torch``   the portable path on every device;
@@ -28,9 +27,13 @@ import.  Names:
               before triton is imported: triton's interpreter);
   ``native``  the C++ kernels on the CPU (an error when they are not built), CUDA as ``auto``.
 
-The override is process-wide (it changes the dispatcher's registrations), not per thread: do not
-switch backends while other threads call the ops.  The switch never runs inside a call:
-no op call reads the environment (only entering a block and listing backends do).
+There is no public runtime switch.  Switching means re-registering dispatcher kernels, and the
+dispatcher's tables are not safe to change while other threads dispatch through them (a thread
+calling an op during a switch could fail with an internal assert or run another op's kernel).
+``override(name)`` below does exactly that switch and is private: for the single-threaded test
+suite, the benchmark and ``python -m torch_dml_ops``.  Code that wants one backend's kernel for
+one call calls it directly: ``torch_dml_ops.portable.KERNELS[op]``,
+``torch_dml_ops.triton_kernels.KERNELS[op]``.  No op call reads the environment.
 """
 from __future__ import annotations
 
@@ -136,10 +139,13 @@ def _table(name: str) -> dict:
 _overrides: list = []      # the Library objects of the open backend blocks, innermost last
 
 
-class backend:
-    """``with torch_dml_ops.backend("torch"): ...`` runs every op call in the block on that
-    backend (``auto``, ``torch``, ``triton``, ``native``; see the module docstring).  Blocks nest;
-    the switch is process-wide."""
+class override:
+    """``with override("torch"): ...`` runs every op call in the block on that backend (``auto``,
+    ``torch``, ``triton``, ``native``; see the module docstring).  Blocks nest.
+
+    Private and NOT thread-safe: it re-registers the ops' CPU and CUDA kernels for the whole
+    process, so no other thread may call an op while a block is entered or left.  For the test
+    suite, the benchmark and the demo, which are single-threaded."""
 
     def __init__(self, name: str) -> None:
         canon = str(name).strip().lower() or "auto"
@@ -191,7 +197,7 @@ def apply_environment() -> None:
     if name not in BACKENDS:
         raise ValueError(f"TORCH_DML_OPS_BACKEND={name!r} is not one of {', '.join(BACKENDS)}")
     if name != "auto":
-        backend(name).__enter__()     # for the life of the process
+        override(name).__enter__()     # for the life of the process, before any call
 
 
 def available_backends() -> list:

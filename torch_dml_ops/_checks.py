@@ -211,7 +211,9 @@ def has_internal_overlap(t: torch.Tensor) -> bool:
 def check_writable(op: str, out: torch.Tensor, name: str = "OutputTensor (out)") -> None:
     """What torch checks before an in-place or ``out=`` write: no inference tensor outside
     inference mode, no internal overlap."""
-    if out.is_inference() and not torch.is_inference_mode_enabled():
+    # (dynamo cannot trace is_inference(); a compiled graph gets torch's own check at run time)
+    if (not torch.compiler.is_compiling() and out.is_inference()
+            and not torch.is_inference_mode_enabled()):
         raise RuntimeError(
             f"{op}: {name} is an inference tensor; Inplace update to inference tensor outside "
             f"InferenceMode is not allowed")

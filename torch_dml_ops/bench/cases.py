@@ -64,7 +64,7 @@ def _backend_variants(device: str, name: str, fn: Callable[[Inputs], object]) ->
     else:
         variants = (("triton", f"{name} [triton]"), ("torch", f"{name} [portable]"))
     return [Provider(label, fn, kind="ours", library="torch_dml_ops",
-                     context=functools.partial(tdo.backend, backend))
+                     context=functools.partial(tdo._backend.override, backend))
             for backend, label in variants]
 
 

@@ -39,7 +39,7 @@ class Provider:
     library: str = "torch"        # the column of the summary table it belongs to
     note: str = ""
     #: A context manager factory entered around every block of calls (never inside a timed
-    #: call), e.g. ``lambda: torch_dml_ops.backend("torch")``.
+    #: call), e.g. ``lambda: torch_dml_ops._backend.override("torch")`` (private, single-threaded).
     context: Optional[Callable[[], object]] = None
     #: Seconds to wait after each of its timed blocks (not timed): a provider that leaves busy
     #: threads behind (onnxruntime's spinning workers) must not slow the next one's block.
