@@ -734,8 +734,39 @@ def test_topk_out_and_grad():
     assert torch.equal(oi, torch.topk(x.detach(), 2).indices)
     with pytest.raises(RuntimeError, match="automatic differentiation"):
         tdo.topk(x, 2, out=(ov, oi))
-    with pytest.raises(TypeError, match="int64"):
+    with pytest.raises(RuntimeError, match="int64"):
         tdo.topk(x.detach(), 2, out=(ov, oi.int()))
+
+
+_TOPK_REFUSALS = {
+    "out values dtype": lambda f, x: f(x, 2, out=(torch.empty(2, dtype=F64),
+                                                  torch.empty(2, dtype=torch.int64))),
+    "out indices dtype": lambda f, x: f(x, 2, out=(torch.empty(2),
+                                                   torch.empty(2, dtype=torch.int32))),
+    "out device": lambda f, x: f(x, 2, out=(torch.empty(2, device="meta"),
+                                            torch.empty(2, dtype=torch.int64))),
+    "complex input": lambda f, x: f(x.to(torch.complex64), 2),
+    "out not a tuple": lambda f, x: f(x, 2, out=torch.empty(2)),
+    "k a float": lambda f, x: f(x, 2.0),
+    "k a bool": lambda f, x: f(x, True),
+    "k too large": lambda f, x: f(x, 9),
+    "k negative": lambda f, x: f(x, -1),
+    "dim out of range": lambda f, x: f(x, 1, 3),
+    "largest an int": lambda f, x: f(x, 2, largest=1),
+    "input a list": lambda f, x: f([1.0, 2.0], 1),
+}
+
+
+@pytest.mark.parametrize("case", list(_TOPK_REFUSALS))
+def test_topk_refusals_raise_torch_topks_exception_type(case):
+    """A drop-in raises what ``torch.topk`` raises (issue 19: out= dtype and complex input gave
+    TypeError / ConstraintTypeError where torch gives RuntimeError); nothing is written."""
+    x = torch.randn(5)
+    with pytest.raises(Exception) as want:
+        _TOPK_REFUSALS[case](torch.topk, x)
+    with pytest.raises(Exception) as got:
+        _TOPK_REFUSALS[case](tdo.topk, x)
+    assert type(got.value) is type(want.value), (got.value, want.value)
 
 
 # ----------------------------------- export save/load and AOTInductor packages (item 19)

@@ -184,6 +184,24 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
         raise
 
 
+def _check_topk_out(out, input: torch.Tensor, k: int) -> None:
+    """``torch.topk``'s checks of ``out=(values, indices)``, with its exception types."""
+    if not (isinstance(out, (tuple, list)) and len(out) == 2
+            and all(isinstance(t, torch.Tensor) for t in out)):
+        raise TypeError("topk(): argument 'out' must be a tuple of two Tensors (values, indices)")
+    for name, t, dtype in (("values", out[0], input.dtype), ("indices", out[1], torch.int64)):
+        if t.dtype != dtype:
+            raise RuntimeError(f"topk(): expected out {name} tensor to have dtype {dtype}, but "
+                               f"got {t.dtype} instead")
+        if t.device != input.device:
+            raise RuntimeError(f"topk(): expected out {name} tensor to have device "
+                               f"{input.device}, but got {t.device} instead")
+    if torch.is_grad_enabled() and (input.requires_grad or out[0].requires_grad):
+        raise RuntimeError("topk(): functions with out=... arguments don't support "
+                           "automatic differentiation, but one of the arguments requires "
+                           "grad.")
+
+
 def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True,
          *, out=None):
     """A drop-in, stable :func:`torch.topk`: the same arguments, accepted inputs and return type
@@ -211,6 +229,10 @@ def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorte
     if not 0 <= k <= n:
         raise RuntimeError(f"topk(): selected index k out of range: k={k} for a dimension of "
                            f"size {n}")
+    if input.is_complex():      # torch.topk's exception type (top_k1 raises ConstraintTypeError)
+        raise RuntimeError(f"topk(): complex dtypes are not supported, got {input.dtype}")
+    if out is not None:         # checked before anything is computed or written
+        _check_topk_out(out, input, k)
     direction = "decreasing" if largest else "increasing"
     if r == 0:
         # torch.topk returns 0-dim results for a 0-dim input, k = 0 included.
@@ -223,18 +245,7 @@ def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorte
     else:
         v, i = top_k1(input, k, dim, direction)
     if out is not None:
-        if not (isinstance(out, (tuple, list)) and len(out) == 2
-                and all(isinstance(t, torch.Tensor) for t in out)):
-            raise TypeError("topk(): argument 'out' must be a tuple of two Tensors "
-                            "(values, indices)")
         ov, oi = out
-        if ov.dtype != v.dtype or oi.dtype != torch.int64:
-            raise TypeError(f"topk(): out tensors must have dtypes {v.dtype} and torch.int64, "
-                            f"got {ov.dtype} and {oi.dtype}")
-        if torch.is_grad_enabled() and (input.requires_grad or ov.requires_grad):
-            raise RuntimeError("topk(): functions with out=... arguments don't support "
-                               "automatic differentiation, but one of the arguments requires "
-                               "grad.")
         if ov.shape != v.shape:
             ov.resize_(v.shape)
         if oi.shape != i.shape:
