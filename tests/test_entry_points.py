@@ -373,7 +373,8 @@ def test_gather_nd_backward_entry_point_checks_indices(case):
     if case == "batch":
         grad = torch.ones(2, 1, 5)
     msg = same_error(through_ops("gather_nd_backward", grad, i, shape, b, None, None))
-    assert msg.startswith("gather_nd: IndicesTensor value ")
+    assert msg.startswith("gather_nd_backward: IndicesTensor value ")
+    assert "out of range for index_sizes[0] of size 4" in msg
 
 
 BACKWARD_BAD_CALLS = {
@@ -418,6 +419,38 @@ def test_gather_nd_backward_checks_its_shapes(case):
             "dml-grad-padding": "grad has shape (3, 2, 5), expected (1, 2, 5)",
             "dml-grad-short": "grad has shape (5,), which is not a gather_nd output"}[case]
     assert want in msg, msg
+
+
+@pytest.mark.parametrize("case", ["index-too-large", "index-too-small", "sizes-overflow"])
+def test_gather_nd_backward_messages_name_the_op_and_index_sizes(case):
+    """Through torch.ops, gather_nd_backward's errors name it and the argument the size came
+    from (issue 19: a bad index named gather_nd and "InputTensor dimension 0", and index_sizes
+    of 2**62 surfaced as the stable ABI's "torch_call_dispatcher(aten::new_empty) API call
+    failed"), the same from the C++ and the portable kernel."""
+    g = torch.ones(2, 3)
+    i, sizes = {"index-too-large": ([[1], [5]], [4]), "index-too-small": ([[-9], [0]], [4]),
+                "sizes-overflow": ([[1], [0]], [2**62])}[case]
+    msg = same_error(through_ops("gather_nd_backward", g, torch.tensor(i), sizes, 0, None, None))
+    want = {"index-too-large": "gather_nd_backward: IndicesTensor value 5 at position (1, 0) is "
+                               "out of range for index_sizes[0] of size 4; valid range [-4, 3]",
+            "index-too-small": "gather_nd_backward: IndicesTensor value -9 at position (0, 0) "
+                               "is out of range for index_sizes[0] of size 4",
+            "sizes-overflow": "gather_nd_backward: index_sizes [4611686018427387904] with "
+                              "grad's shape (2, 3) describe an input gradient of shape "
+                              "(4611686018427387904, 3), more than 2**63 - 1 elements"}[case]
+    assert want in msg, msg
+
+
+def test_gather_nd_backward_allocation_failure_names_the_op():
+    """A gradient too large to allocate: a RuntimeError that names the op and the shape (the
+    C++ kernel; the portable one adds torch's allocator message)."""
+    for name in ("native", "torch"):
+        with tdo._backend.override(name), pytest.raises(RuntimeError) as e:
+            OPS.gather_nd_backward(torch.ones(2, 3), torch.tensor([[0], [1]]), [2**50], 0,
+                                   None, None)
+        assert str(e.value).startswith("gather_nd_backward: cannot allocate the input gradient "
+                                       "of shape (1125899906842624, 3) and dtype torch.float32"), \
+            (name, str(e.value))
 
 
 # =============================================================================================

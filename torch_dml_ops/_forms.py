@@ -234,6 +234,10 @@ def backward_layout(grad_shape: Sequence[int], indices_shape: Sequence[int],
             f"IndicesTensor's {tuple(nat_idx[:-1])})")
     nat_in = tuple(nat_grad[:b]) + index_sizes + tuple(nat_grad[q - 1:])
     input_shape = (1,) * (n - len(nat_in)) + nat_in if dml else nat_in
+    if 0 not in input_shape and prod(input_shape) > 2**63 - 1:
+        raise ConstraintError(
+            f"{op}: index_sizes {list(index_sizes)} with grad's shape {grad_shape} describe an "
+            f"input gradient of shape {input_shape}, more than 2**63 - 1 elements")
     lay = gather_layout("gather_nd", input_shape, indices_shape, b, input_dimension_count,
                         indices_dimension_count)
     if tuple(grad_shape) != tuple(lay.out_shape):

@@ -368,6 +368,7 @@ bool dml_form(const char* op, std::optional<int64_t> input_dimension_count,
 }  // namespace
 
 std::string GatherLayout::dim_name(int64_t j, int64_t input_rank) const {
+  if (sizes_from) return cat(sizes_from, "[", j, "]");
   int64_t pad = input_rank - static_cast<int64_t>(natural_input_shape.size());
   return cat("InputTensor dimension ", batch_dims + j + pad);
 }
@@ -464,14 +465,13 @@ GatherLayout backward_layout(const Shape& grad_shape, const Shape& indices_shape
                 q, "), got ", b);
   bool sizes_ok = static_cast<int64_t>(index_sizes.size()) == k;
   for (int64_t s : index_sizes) sizes_ok = sizes_ok && s >= 0;
-  if (!sizes_ok) {
-    std::string list = "[";
-    for (size_t j = 0; j < index_sizes.size(); j++)
-      list += (j ? ", " : "") + cat(index_sizes[j]);
+  std::string list = "[";
+  for (size_t j = 0; j < index_sizes.size(); j++)
+    list += (j ? ", " : "") + cat(index_sizes[j]);
+  list += "]";
+  if (!sizes_ok)
     value_error(op, ": index_sizes must hold the k = ", k,
-                " indexed input sizes (IndicesTensor's last dimension), each >= 0, got ",
-                list + "]");
-  }
+                " indexed input sizes (IndicesTensor's last dimension), each >= 0, got ", list);
   const int64_t g = static_cast<int64_t>(grad_shape.size());
   int64_t start = 0;  // where the natural-form grad starts
   bool grad_ok = true;
@@ -500,8 +500,19 @@ GatherLayout backward_layout(const Shape& grad_shape, const Shape& indices_shape
   nat_in.insert(nat_in.end(), grad_shape.begin() + start + (q - 1), grad_shape.end());
   input_shape.assign(dml && static_cast<int64_t>(nat_in.size()) < n ? n - nat_in.size() : 0, 1);
   input_shape.insert(input_shape.end(), nat_in.begin(), nat_in.end());
+  bool empty = false, too_big = false;
+  int64_t numel = 1;
+  for (int64_t s : input_shape) {
+    empty = empty || s == 0;
+    too_big = too_big || __builtin_mul_overflow(numel, s, &numel);
+  }
+  if (too_big && !empty)
+    value_error(op, ": index_sizes ", list, " with grad's shape ", py_tuple(grad_shape),
+                " describe an input gradient of shape ", py_tuple(input_shape),
+                ", more than 2**63 - 1 elements");
   GatherLayout lay = gather_layout("gather_nd", input_shape, indices_shape, b,
                                    input_dimension_count, indices_dimension_count);
+  lay.sizes_from = "index_sizes";
   if (grad_shape != lay.out_shape)
     value_error(op, ": grad has shape ", py_tuple(grad_shape), ", expected ",
                 py_tuple(lay.out_shape), " (the gather_nd output of InputTensor shape ",

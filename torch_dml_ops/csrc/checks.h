@@ -79,7 +79,11 @@ struct GatherLayout {
   // Derived: input viewed as [batch, *index_sizes, *slice], indices as [batch, per_batch, k].
   Shape index_sizes;
   int64_t batch = 1, slice_len = 1, n_tuples = 1, rows = 1, per_batch = 0;
-  // "InputTensor dimension d" for each indexed dimension, numbered as the caller's tensor.
+  // Where the indexed sizes came from when not from an input tensor (gather_nd_backward:
+  // "index_sizes"), else null.
+  const char* sizes_from = nullptr;
+  // "InputTensor dimension d" for each indexed dimension, numbered as the caller's tensor
+  // ("index_sizes[j]" when sizes_from says so).
   std::string dim_name(int64_t j, int64_t input_rank) const;
 };
 

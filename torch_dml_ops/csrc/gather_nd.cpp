@@ -794,8 +794,9 @@ Tensor gather_nd_backward(Tensor grad, Tensor indices, std::vector<int64_t> inde
                           int64_t batch_dims, std::optional<int64_t> input_dimension_count,
                           std::optional<int64_t> indices_dimension_count) {
   check_cpu_strided(kBackwardOp, {{"grad", &grad}, {"IndicesTensor", &indices}});
-  // The input's shape: grad's batch and trailing dims around index_sizes.  The layout and index
-  // errors name the forward op, as on the portable path.
+  // The input's shape: grad's batch and trailing dims around index_sizes.  The layout errors
+  // name the forward op's rules (as on the portable path); index errors name this op and
+  // index_sizes[j], where the sizes came from.
   Shape input_shape;
   const GatherLayout lay = backward_layout(shape_of(grad), shape_of(indices), index_sizes,
                                            batch_dims, input_dimension_count,
@@ -808,7 +809,14 @@ Tensor gather_nd_backward(Tensor grad, Tensor indices, std::vector<int64_t> inde
   if (!g.is_contiguous()) g = torch::stable::contiguous(g);
   if (!idx.is_contiguous()) idx = torch::stable::contiguous(idx);
 
-  Tensor out = new_output(g, input_shape, dtype);
+  Tensor out;
+  try {
+    out = new_output(g, input_shape, dtype);
+  } catch (const std::exception&) {  // the stable ABI's message names only the shim call
+    runtime_error(kBackwardOp, ": cannot allocate the input gradient of shape ",
+                  py_tuple(input_shape), " and dtype ", dtype_name(dtype),
+                  " (index_sizes and grad's batch and trailing dimensions)");
+  }
   Backward w;
   w.out = static_cast<char*>(out.data_ptr());
   w.grad = static_cast<const char*>(g.data_ptr());
@@ -831,7 +839,7 @@ Tensor gather_nd_backward(Tensor grad, Tensor indices, std::vector<int64_t> inde
     // Nothing to add; the indices are still checked (as on the portable path).
     if (total) std::memset(w.out, 0, static_cast<size_t>(total) * out.element_size());
     if (int64_t bad = check_tuples(w); bad != kNoError)
-      raise_index_error(kOp, w.idx, w.kind, bad, shape_of(idx), lay,
+      raise_index_error(kBackwardOp, w.idx, w.kind, bad, shape_of(idx), lay,
                         static_cast<int64_t>(input_shape.size()));
     return out;
   }
@@ -869,7 +877,7 @@ Tensor gather_nd_backward(Tensor grad, Tensor indices, std::vector<int64_t> inde
     default: bad = run_backward<uint8_t, AddBool>(w); break;  // Bool (check_data_dtype)
   }
   if (bad != kNoError)
-    raise_index_error(kOp, w.idx, w.kind, bad, shape_of(idx), lay,
+    raise_index_error(kBackwardOp, w.idx, w.kind, bad, shape_of(idx), lay,
                       static_cast<int64_t>(input_shape.size()));
   return out;
 }

@@ -158,15 +158,21 @@ def gather_nd_backward(grad, indices, index_sizes, batch_dims, input_dimension_c
     input_shape, lay = backward_layout(grad.shape, indices.shape, index_sizes, batch_dims,
                                        input_dimension_count, indices_dimension_count)
     check_storages("gather_nd_backward", ("grad", grad), ("IndicesTensor", indices))
-    grad_in = torch.zeros(lay.rows, lay.slice_len, dtype=grad.dtype, device=grad.device)
+    op = "gather_nd_backward"
+    try:
+        grad_in = torch.zeros(lay.rows, lay.slice_len, dtype=grad.dtype, device=grad.device)
+    except RuntimeError as e:
+        raise RuntimeError(f"{op}: cannot allocate the input gradient of shape "
+                           f"{tuple(input_shape)} and dtype {grad.dtype} (index_sizes and "
+                           f"grad's batch and trailing dimensions): {e}") from None
     indices, grad = resolved(indices), resolved(grad)
     if lay.n_tuples:
         signed = indices.dtype in SIGNED_INDEX_DTYPES
         idx2 = index_matrix(indices, lay.n_tuples, lay.k, lay.rows < 2**31)
         # The forward already range-checked these indices (a direct call of this op may not
         # have, empty slices included); this also finds which columns wrap.
-        wrap = check_and_wrap_plan("gather_nd", indices, idx2, lay.index_sizes, signed,
-                                   lay.dim_names(len(input_shape)))
+        wrap = check_and_wrap_plan(op, indices, idx2, lay.index_sizes, signed,
+                                   [f"index_sizes[{j}]" for j in range(lay.k)])
         if grad_in.numel():
             lin = linear_rows(idx2, lay.index_sizes, wrap, lay.batch, lay.n_tuples // lay.batch)
             grad_in.index_add_(0, lin, grad.reshape(lay.n_tuples, lay.slice_len))
