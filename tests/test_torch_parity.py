@@ -900,3 +900,33 @@ def test_public_out_calls_compile_fullgraph(compiler):
         # message; under fullgraph=True dynamo reports any user exception as its own error)
         with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
             torch.compile(f, backend=compiler)(x.requires_grad_(), i, u, go_c, so_c)
+
+
+@pytest.mark.compile
+def test_refusal_under_fake_tensors_is_not_logged_as_an_error():
+    """torch logs every TypeError a fake kernel raises, with a traceback, at ERROR level before
+    re-raising it (issue 19: each ConstraintTypeError under torch.compile printed a traceback,
+    then the error): ours are not logged; the error is still raised, with its message."""
+    import logging
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    handler = Keep(level=logging.ERROR)
+    logger.addHandler(handler)
+    try:
+        with FakeTensorMode() as mode:
+            x = mode.from_tensor(torch.zeros(3, dtype=torch.complex64))
+            with pytest.raises(TypeError, match="complex64"):
+                torch.ops.torch_dml_ops.gather_nd(x, mode.from_tensor(torch.tensor([[1]])))
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match="not a supported data type"):
+            torch.compile(lambda a, i: tdo.gather_nd(a, i), backend="aot_eager", fullgraph=True)(
+                torch.zeros(3, dtype=torch.complex64), torch.tensor([[1]]))
+    finally:
+        logger.removeHandler(handler)
+    assert not [r for r in records if "torch_dml_ops" in str(r.exc_info and r.exc_info[1])
+                or (r.exc_info and "not a supported data type" in str(r.exc_info[1]))], records

@@ -7,6 +7,7 @@ functions.
 """
 import sys as _sys
 
+from . import _errors
 from ._errors import ConstraintError, ConstraintIndexError, ConstraintTypeError, MemoryOverlapError
 from ._levels import FEATURE_LEVELS, feature_level, get_feature_level
 from . import _backend
@@ -16,6 +17,7 @@ from .scatter_nd import scatter_nd, scatter_nd_
 from .top_k1 import AxisDirection, TopK1Result, top_k1, topk
 
 _backend.register_defaults()
+_errors.quiet_fake_tensor_refusals()
 _backend.apply_environment()
 if "torch.distributed.tensor" in _sys.modules:    # DTensor in use: register the sharding rules
     from . import distributed  # noqa: F401,E402

@@ -2,6 +2,8 @@
 IndexError / TypeError / RuntimeError torch itself would raise)."""
 from __future__ import annotations
 
+import os
+
 __all__ = ["ConstraintError", "ConstraintIndexError", "ConstraintTypeError", "MemoryOverlapError"]
 
 
@@ -30,3 +32,33 @@ class MemoryOverlapError(ConstraintError, RuntimeError):
     """A written-to tensor overlaps itself or an input: the ``RuntimeError`` torch raises for
     such writes ("unsupported operation: ... refer to a single memory location"), and a
     :class:`ConstraintError` (so a ``ValueError``) like the library's other argument errors."""
+
+
+class _QuietRefusals:
+    """A filter for torch's ``torch._subclasses.fake_tensor`` logger, which logs every TypeError a
+    fake kernel raises at ERROR level with a full traceback ("fake tensor raised TypeError")
+    before re-raising it.  Ours are documented refusals (``ConstraintTypeError``, an argument's
+    type), which the caller gets as the exception itself: drop the log record of those, and
+    only those, so the user sees the error once."""
+
+    def filter(self, record) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None:
+            return True
+        if isinstance(exc, ConstraintError):
+            return False
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        return tb is None or not tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def quiet_fake_tensor_refusals() -> None:
+    """Install :class:`_QuietRefusals` (once; at import)."""
+    import logging
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    if not any(isinstance(f, _QuietRefusals) for f in logger.filters):
+        logger.addFilter(_QuietRefusals())
