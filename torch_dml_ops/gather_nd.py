@@ -179,7 +179,7 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
 
     Args:
         input: data, shape ``[*batch, *indexed(k), *slice]``. Data types: float32, float16,
-            bfloat16, float64, int64, int32, int16, int8, uint8, uint16, uint32, bool (the
+            bfloat16, float64, int64, int32, int16, int8, uint8, uint16, uint32, uint64, bool (the
             DirectML levels allow float32, float16, int32, int16, int8, uint32, uint16, uint8).
             Any strides.
         indices: integer tuples, shape ``[*batch, ..., k]``, dtype int64, int32, uint64 or uint32.

@@ -148,7 +148,8 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
 
     Args:
         input: any rank >= 1; float32, float16, bfloat16, float64, int64, int32, int16, int8,
-            uint8, uint16, uint32, bool (uint16/uint32/bool are refused by ``torch.topk``).
+            uint8, uint16, uint32, uint64, bool (uint16/uint32/uint64/bool are refused by
+            ``torch.topk``).
         k: 1 <= k <= input.shape[axis]; k equal to the size is a full stable sort.
         axis: any axis, negative counts from the end.
         direction: "decreasing" / "increasing", or ``AxisDirection.DML_AXIS_DIRECTION_*``.
