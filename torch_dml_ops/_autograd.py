@@ -199,8 +199,9 @@ class OutOverload:
                               (kwargs["out"],) + args[:self.n_tensors], args, kwargs)
 
     def refuse_grad(self, tensors) -> None:
-        """torch's refusal of an ``out=`` call where a tensor requires grad (under grad mode)."""
-        if _C.is_grad_enabled() and _C._any_requires_grad(*tensors):
+        """torch's refusal of an ``out=`` call where a tensor requires grad (under grad mode).
+        Written so that torch.compile traces it (it cannot trace ``_C._any_requires_grad``)."""
+        if _C.is_grad_enabled() and any(t.requires_grad for t in tensors):
             self._refuse_grad()
 
     def call(self, tensors, *args, out):
