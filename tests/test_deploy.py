@@ -131,11 +131,26 @@ def _check_call(cmd):
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-4000:]}"
 
 
-def _write_inputs(folder, tensors):
+def _spread_strides(shape):
+    """Strides of a view with the same values and a gap after every element (as ``ids[:, 0]``
+    of a two-column ``ids``): not the example inputs' (contiguous) strides."""
+    strides, step = [], 2
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return strides[::-1]
+
+
+def _write_inputs(folder, tensors, strided=()):
+    """The program's input files; the inputs numbered in ``strided`` are to be built as strided
+    views (the values the same)."""
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "inputs.txt"), "w") as header:
         for i, t in enumerate(tensors):
-            header.write(f"{C10_NAMES[t.dtype]} {t.dim()} {' '.join(map(str, t.shape))}\n")
+            line = f"{C10_NAMES[t.dtype]} {t.dim()} {' '.join(map(str, t.shape))}"
+            if i in strided:
+                line += f" strides {' '.join(map(str, _spread_strides(t.shape)))}"
+            header.write(line + "\n")
             with open(os.path.join(folder, f"in{i}.bin"), "wb") as f:
                 f.write(_bits(t).numpy().tobytes())
 
@@ -157,9 +172,9 @@ def _read_outputs(folder, run):
     return tensors
 
 
-def _run(program, path, folder, env=None):
-    return subprocess.run([program, path, str(folder), str(RUNS)], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
+def _run(program, path, folder, env=None, options=()):
+    return subprocess.run([program, path, str(folder), str(RUNS), *options], capture_output=True,
+                          text=True, env=env, timeout=300, check=False)
 
 
 def test_cpp_program_links_no_python_and_needs_the_extension(programs, package, tmp_path):
@@ -190,3 +205,27 @@ def test_cpp_program_runs_the_package_without_python_and_matches_eager(programs,
     assert r.returncode == 0, f"run_package failed ({r.returncode}):\n{r.stderr[-4000:]}"
     for run in range(RUNS):
         assert_same_bits(_read_outputs(tmp_path, run), want[run])
+
+
+# An AOTInductor package reads its inputs as if they had the strides of the example inputs it was
+# exported with, and does not check them unless AOTI_RUNTIME_CHECK_INPUTS is set: a strided view
+# with the right values (ids[:, 0]) gives wrong results, silently (README, Deploy).
+
+def test_cpp_program_makes_strided_inputs_contiguous(programs, package, tmp_path):
+    path, args, want = package
+    _write_inputs(tmp_path, args, strided=(0, 1))
+    r = _run(programs["with"], path, tmp_path)
+    assert r.returncode == 0, f"run_package failed ({r.returncode}):\n{r.stderr[-4000:]}"
+    for i in (0, 1):
+        strides = ", ".join(map(str, _spread_strides(args[i].shape)))
+        assert f"input {i}: strides ({strides}) made contiguous" in r.stderr, r.stderr
+    for run in range(RUNS):
+        assert_same_bits(_read_outputs(tmp_path, run), want[run])
+
+
+def test_cpp_program_refuses_strided_inputs_passed_as_given(programs, package, tmp_path):
+    path, args, _ = package
+    _write_inputs(tmp_path, args, strided=(0,))
+    r = _run(programs["with"], path, tmp_path, options=["--as-given"])
+    assert r.returncode != 0, "a strided input was run as given without an error"
+    assert "input_handles[0]: unmatched stride value" in r.stderr, r.stderr[-4000:]

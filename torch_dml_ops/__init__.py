@@ -10,7 +10,7 @@ import sys as _sys
 from . import _errors
 from ._errors import ConstraintError, ConstraintIndexError, ConstraintTypeError, MemoryOverlapError
 from ._levels import FEATURE_LEVELS, feature_level, get_feature_level
-from . import _backend
+from . import _backend, _inductor_fixes
 from ._backend import available_backends, current_backend
 from .gather_nd import gather_nd
 from .scatter_nd import scatter_nd, scatter_nd_
@@ -18,6 +18,7 @@ from .top_k1 import AxisDirection, TopK1Result, top_k1, topk
 
 _backend.register_defaults()
 _errors.quiet_fake_tensor_refusals()
+_inductor_fixes.lower_storage_offset()     # Inductor already loaded: fix it now
 _backend.apply_environment()
 if "torch.distributed.tensor" in _sys.modules:    # DTensor in use: register the sharding rules
     from . import distributed  # noqa: F401,E402

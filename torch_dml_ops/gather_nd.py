@@ -22,6 +22,7 @@ from ._checks import (as_int, check_bool, check_gather_nd, check_out, check_out_
                       check_tensors, raise_documented)
 from ._forms import backward_layout, indexed_sizes
 from ._levels import _state
+from ._inductor_fixes import lower_storage_offset
 from ._library import document, into_dtensor_out, lib, prepare_subclass
 
 __all__ = ["gather_nd"]
@@ -37,6 +38,7 @@ def _gather_nd_fake(input, indices, batch_dims=0, input_dimension_count=None,
 def _gather_nd_out_fake(input, indices, batch_dims=0, input_dimension_count=None,
                         indices_dimension_count=None, feature_level="permissive",
                         check_indices=True, *, out):
+    lower_storage_offset()      # out may be a view: see _inductor_fixes
     lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
                           indices_dimension_count, feature_level, check_indices)
     check_out_meta("gather_nd", out, lay.out_shape, input.dtype, input.device)

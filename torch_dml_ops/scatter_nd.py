@@ -27,6 +27,7 @@ from . import _autograd, _backend
 from ._checks import (check_bool, check_out, check_out_meta, check_scatter_nd, check_tensors,
                       raise_documented)
 from ._forms import GatherLayout, gather_layout
+from ._inductor_fixes import lower_storage_offset
 from ._levels import _state
 from ._library import document, into_dtensor_out, lib, prepare_subclass
 from .gather_nd import GATHER_ND
@@ -45,6 +46,7 @@ def _scatter_nd_fake(input, indices, updates, reduction="none", input_dimension_
 def _scatter_nd_out_fake(input, indices, updates, reduction="none", input_dimension_count=None,
                          indices_dimension_count=None, feature_level="permissive",
                          check_indices=True, deterministic=False, *, out):
+    lower_storage_offset()      # out may be a view: see _inductor_fixes
     check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                      indices_dimension_count, feature_level, check_indices, deterministic)
     check_out_meta("scatter_nd", out, input.shape, input.dtype, input.device)
@@ -53,6 +55,7 @@ def _scatter_nd_out_fake(input, indices, updates, reduction="none", input_dimens
 def _scatter_nd_inplace_fake(input, indices, updates, reduction="none",
                              input_dimension_count=None, indices_dimension_count=None,
                              feature_level="permissive", check_indices=True, deterministic=False):
+    lower_storage_offset()      # input may be a view (a KV-cache layer): see _inductor_fixes
     check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                      indices_dimension_count, feature_level, check_indices, deterministic,
                      op="scatter_nd_")
