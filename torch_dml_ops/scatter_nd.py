@@ -76,10 +76,13 @@ def _winners(indices: torch.Tensor, lay: GatherLayout) -> torch.Tensor:
     order to address its slice, i.e. the one whose update a deterministic "none" scatter keeps.
 
     Built from the registered ops (a max-scatter of tuple positions, gathered back), so it runs on
-    every backend and under vmap."""
+    every backend and under vmap.  The positions and the scatter's target are made from
+    ``indices`` (``new_*``), not by factory functions: a tensor subclass such as DTensor then gets
+    one of its own kind (a plain tensor among DTensors is refused by their dispatch)."""
     nat = indices.reshape(lay.natural_indices_shape)
-    pos = torch.arange(lay.n_tuples, device=indices.device).reshape(nat.shape[:-1])
-    last = torch.full(lay.index_sizes, -1, dtype=torch.int64, device=indices.device)
+    pos = (indices.new_ones(lay.n_tuples, dtype=torch.int64).cumsum(0) - 1).reshape(
+        nat.shape[:-1])
+    last = indices.new_full(lay.index_sizes, -1, dtype=torch.int64)
     last = SCATTER_ND.call(last, nat, pos, "max", None, None, "permissive", False, False)
     return GATHER_ND.call(last, nat, 0, None, None, "permissive", False) == pos
 
