@@ -9,6 +9,7 @@ import torch.autograd.forward_ad as fwAD
 from torch.func import grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
 
 import torch_dml_ops as tdo
+from conftest import NATIVE_OK, NATIVE_SKIP
 
 F64 = torch.float64
 
@@ -490,6 +491,7 @@ def test_interleaved_but_disjoint_target_is_written_through():
 
 # ------------------------- disjoint interleaved views are not overlap (issue 19, item 5)
 
+needs_native = pytest.mark.skipif(not NATIVE_OK, reason=NATIVE_SKIP)
 OVERLAP_MSG = ("in memory; pass a separate buffer (unsupported operation: some elements of the "
                "input tensor and the written-to tensor refer to a single memory location)")
 
@@ -524,6 +526,7 @@ def test_disjoint_interleaved_views_are_accepted_like_torch(write, width, any_ba
     assert torch.equal(base, want)
 
 
+@needs_native
 @pytest.mark.parametrize("write", ["scatter in place", "gather out", "scatter out"])
 def test_disjoint_interleaved_views_through_torch_ops(write, backend):
     """The C++ kernels' own check (torch.ops under the native backend), and the portable one."""
@@ -582,6 +585,7 @@ def test_real_overlap_is_still_refused(case, write, any_backend, dev):
     assert torch.equal(target, before)
 
 
+@needs_native
 @pytest.mark.parametrize("case", range(6), ids=[c[0] for c in _real_overlaps()])
 @pytest.mark.parametrize("write", ["scatter in place", "gather out", "scatter out"])
 def test_real_overlap_is_still_refused_through_torch_ops(case, write, backend):
@@ -615,6 +619,7 @@ def _bytes_of(t):
     return set((offs.unsqueeze(-1) + torch.arange(t.element_size())).reshape(-1).tolist())
 
 
+@needs_native
 @pytest.mark.parametrize("write", ["gather out", "scatter in place"])
 def test_overlap_decision_is_exact_on_random_strided_views(write, backend):
     """Random views of one zeroed storage (sizes, strides, offsets; for the scatter an int64
@@ -666,6 +671,7 @@ def test_overlap_decision_is_exact_on_random_strided_views(write, backend):
     assert 25 < refused < 225, refused
 
 
+@needs_native
 def test_overlap_too_hard_to_decide_is_refused_with_its_own_message(backend):
     """Layouts whose strides interleave so intricately that the exact search stops (after
     OVERLAP_WORK steps) are refused, saying so and naming both layouts, by both checks."""
