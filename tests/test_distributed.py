@@ -133,6 +133,27 @@ def _cases(world, rank):
             results.append((name, ok, "" if ok else f"{dxx.grad.full_tensor()} {xr.grad}"))
         except Exception:
             results.append((name, False, traceback.format_exc()))
+    # scatter gradients w.r.t. input and updates, both sharded on their trailing dim (indices
+    # replicated, duplicate tuples): the backward's own tensors (the "none" winners' positions)
+    # must be DTensors too; it stays sharded, with no collective
+    u = torch.randn(4, 5, generator=torch.Generator().manual_seed(15), dtype=torch.float64)
+    for reduction in ("none", "add", "mul", "max", "min"):
+        name = f"scatter_nd gradient of input and updates, trailing dim sharded, {reduction}"
+        try:
+            xs, us = (shard(t, 1).detach().requires_grad_() for t in (x, u))
+            out = tdo.scatter_nd(xs, rep(i), us, reduction)
+            gw = torch.arange(35., dtype=torch.float64).reshape(7, 5)
+            with CommDebugMode() as comm:
+                out.backward(shard(gw, 1))
+            xr, ur = x.clone().requires_grad_(), u.clone().requires_grad_()
+            tdo.scatter_nd(xr, i, ur, reduction).backward(gw)
+            ok = (comm.get_total_counts() == 0
+                  and xs.grad.placements == us.grad.placements == (Shard(1),)
+                  and torch.equal(xs.grad.full_tensor(), xr.grad)
+                  and torch.equal(us.grad.full_tensor(), ur.grad))
+            results.append((name, ok, "" if ok else f"{xs.grad} {us.grad} {comm.get_total_counts()}"))
+        except Exception:
+            results.append((name, False, traceback.format_exc()))
     # the backward of a sharded gather stays sharded (no collective): gather_nd_backward takes
     # only the indexed dims' sizes, so the local call derives its local input shape from grad
     from torch.distributed.tensor import Partial
@@ -548,7 +569,7 @@ def _worker(rank, world, path, queue):
     dist.destroy_process_group()
 
 
-CASES = {2: 655, 3: 655, 4: 126}     # per rank
+CASES = {2: 660, 3: 660, 4: 126}     # per rank
 
 
 @pytest.mark.parametrize("world", [2, 3, 4], ids=["2 ranks", "3 ranks", "2x2 mesh"])

@@ -9,6 +9,7 @@ import torch.autograd.forward_ad as fwAD
 from torch.func import grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
 
 import torch_dml_ops as tdo
+from conftest import NATIVE_OK, NATIVE_SKIP
 
 F64 = torch.float64
 
@@ -486,6 +487,214 @@ def test_interleaved_but_disjoint_target_is_written_through():
     t = base.as_strided((2, 3), (3, 2))            # offsets 0 2 4 / 3 5 7: disjoint
     tdo.scatter_nd_(t, torch.tensor([[1, 2]]), torch.tensor([5.]))
     assert base[7] == 5. and base.sum() == 5.
+
+
+# ------------------------- disjoint interleaved views are not overlap (issue 19, item 5)
+
+needs_native = pytest.mark.skipif(not NATIVE_OK, reason=NATIVE_SKIP)
+OVERLAP_MSG = ("in memory; pass a separate buffer (unsupported operation: some elements of the "
+               "input tensor and the written-to tensor refer to a single memory location)")
+
+
+def _interleaved_case(write, width, dev):
+    """(call, oracle) on a fresh [4, width] base: the written view and a read view take
+    alternate columns of the same rows (byte ranges intersect, no element is shared); the
+    oracle does the same with torch's index_copy_ / index_select(out=), which accept it."""
+    c = width // 2
+    even = lambda t: t[:, ::2][:, :c]           # noqa: E731   columns 0, 2, ...
+    odd = lambda t: t[:, 1::2][:, :c]           # noqa: E731   columns 1, 3, ...
+    i = torch.tensor([[3], [0]], device=dev)
+    if write == "scatter in place":
+        return (lambda b: tdo.scatter_nd_(even(b), i, odd(b)[:2]),
+                lambda b: even(b).index_copy_(0, i[:, 0], odd(b)[:2]))
+    if write == "gather out":
+        return (lambda b: tdo.gather_nd(even(b), i, out=odd(b)[:2]),
+                lambda b: torch.index_select(even(b), 0, i[:, 0], out=odd(b)[:2]))
+    u = torch.full((2, c), -1., device=dev)     # scatter out=: input even, out odd
+    return (lambda b: tdo.scatter_nd(even(b), i, u, out=odd(b)),
+            lambda b: odd(b).copy_(even(b)).index_copy_(0, i[:, 0], u))
+
+
+@pytest.mark.parametrize("width", [8, 7, 9])
+@pytest.mark.parametrize("write", ["scatter in place", "gather out", "scatter out"])
+def test_disjoint_interleaved_views_are_accepted_like_torch(write, width, any_backend, dev):
+    call, oracle = _interleaved_case(write, width, dev)
+    base = torch.arange(4. * width, device=dev).reshape(4, width)
+    want = base.clone()
+    oracle(want)
+    call(base)
+    assert torch.equal(base, want)
+
+
+@needs_native
+@pytest.mark.parametrize("write", ["scatter in place", "gather out", "scatter out"])
+def test_disjoint_interleaved_views_through_torch_ops(write, backend):
+    """The C++ kernels' own check (torch.ops under the native backend), and the portable one."""
+    ops = torch.ops.torch_dml_ops
+    for name in ("native", "torch"):
+        backend(name)
+        base = torch.arange(32.).reshape(4, 8)
+        want = base.clone()
+        i = torch.tensor([[3], [0]])
+        ev, od = base[:, ::2], base[:, 1::2]
+        if write == "scatter in place":
+            ops.scatter_nd_(ev, i, od[:2])
+            want[:, ::2].index_copy_(0, i[:, 0], want[:, 1::2][:2])
+        elif write == "gather out":
+            ops.gather_nd_out(ev, i, out=od[:2])
+            torch.index_select(want[:, ::2], 0, i[:, 0], out=want[:2, 1::2])
+        else:
+            ops.scatter_nd_out(ev, i, torch.ones(2, 4), out=od)
+            want[:, 1::2].copy_(want[:, ::2]).index_copy_(0, i[:, 0], torch.ones(2, 4))
+        assert torch.equal(base, want), name
+
+
+def _real_overlaps():
+    """(name, written view, read view) of one storage, all [4, 4], sharing elements (the read
+    view's first two rows too, the in-place scatter's updates)."""
+    flat = torch.arange(80.)
+    grid = flat.view(8, 10)
+    return [
+        ("same view", grid[:4, :4], grid[:4, :4]),
+        ("partially overlapping slices", grid[:4, :4], grid[3:7, :4]),
+        ("same storage, offsets 4 apart", flat[1:17].view(4, 4), flat[5:21].view(4, 4)),
+        ("interleaved columns sharing three", grid[:4, ::2][:, :4], grid[:4, 2::2][:, :4]),
+        ("a transpose of the same block", grid[:4, :4], grid[:4, :4].t()),
+        ("strided rows meeting a transposed block", grid[::2, :4], grid[1:5, 2:6].t()),
+    ]
+
+
+@pytest.mark.parametrize("case", range(6), ids=[c[0] for c in _real_overlaps()])
+@pytest.mark.parametrize("write", ["scatter in place", "gather out", "scatter out"])
+def test_real_overlap_is_still_refused(case, write, any_backend, dev):
+    _, target, other = _real_overlaps()[case]
+    target, other = target.to(dev), other.to(dev)
+    before = target.clone()
+    i = torch.tensor([[1], [0]], device=dev)
+    with pytest.raises(tdo.MemoryOverlapError) as e:
+        if write == "scatter in place":
+            tdo.scatter_nd_(target, i, other[:2])
+        elif write == "gather out":
+            tdo.gather_nd(other, i.repeat(2, 1), out=target)
+        else:
+            tdo.scatter_nd(other, i, torch.ones(2, 4, device=dev), out=target)
+    name = {"scatter in place": "InputTensor (the in-place target) overlaps UpdatesTensor",
+            "gather out": "OutputTensor (out) overlaps InputTensor",
+            "scatter out": "OutputTensor (out) overlaps InputTensor"}[write]
+    assert name + " " + OVERLAP_MSG in str(e.value)
+    assert torch.equal(target, before)
+
+
+@needs_native
+@pytest.mark.parametrize("case", range(6), ids=[c[0] for c in _real_overlaps()])
+@pytest.mark.parametrize("write", ["scatter in place", "gather out", "scatter out"])
+def test_real_overlap_is_still_refused_through_torch_ops(case, write, backend):
+    """The C++ kernels' own check (torch.ops under native) and the portable one: the same
+    refusal, the same message, nothing written."""
+    ops = torch.ops.torch_dml_ops
+    i = torch.tensor([[1], [0]])
+    messages = []
+    for name in ("native", "torch"):
+        backend(name)
+        _, target, other = _real_overlaps()[case]
+        with pytest.raises(RuntimeError) as e:
+            if write == "scatter in place":
+                ops.scatter_nd_(target, i, other[:2])
+            elif write == "gather out":
+                ops.gather_nd_out(other, i.repeat(2, 1), out=target)
+            else:
+                ops.scatter_nd_out(other, i, torch.ones(2, 4), out=target)
+        messages.append(str(e.value))
+        assert torch.equal(target, _real_overlaps()[case][1])
+    assert messages[0] == messages[1] and OVERLAP_MSG in messages[0]
+
+
+def _bytes_of(t):
+    """Every storage byte a strided tensor's elements occupy."""
+    offs = torch.zeros((), dtype=torch.int64)
+    for sz, st in zip(t.shape, t.stride()):
+        offs = offs.unsqueeze(-1) + torch.arange(sz) * st
+    start = t.data_ptr() - t.untyped_storage().data_ptr()
+    offs = start + offs.reshape(-1) * t.element_size()
+    return set((offs.unsqueeze(-1) + torch.arange(t.element_size())).reshape(-1).tolist())
+
+
+@needs_native
+@pytest.mark.parametrize("write", ["gather out", "scatter in place"])
+def test_overlap_decision_is_exact_on_random_strided_views(write, backend):
+    """Random views of one zeroed storage (sizes, strides, offsets; for the scatter an int64
+    index view against a float32 target, two element widths): the write is refused exactly when
+    the two share a byte, by the Python check (the portable path) and by the C++ one (torch.ops
+    under native), with the same message."""
+    from torch_dml_ops._checks import has_internal_overlap
+    g = torch.Generator().manual_seed(0 if write == "gather out" else 1)
+    store = torch.zeros(400)
+    rnd = lambda lo, hi: int(torch.randint(lo, hi, (), generator=g))  # noqa: E731
+
+    def view(dtype, sizes):
+        n = store.view(dtype).numel()
+        strides = tuple(rnd(0, 13 // (i + 1) + 1) for i in range(len(sizes)))
+        return store.view(dtype).as_strided(sizes, strides, rnd(0, n // 4))
+
+    checked = refused = 0
+    while checked < 250:
+        store.zero_()                       # every write keeps it zero (valid indices)
+        target = view(torch.float32, (rnd(1, 5), rnd(1, 5)))
+        if has_internal_overlap(target):
+            continue
+        if write == "gather out":
+            other = view(torch.float32, (rnd(1, 6), target.shape[1]))
+            idx = torch.zeros(target.shape[0], 1, dtype=torch.int64)
+            calls = (lambda: tdo.gather_nd(other, idx, out=target),
+                     lambda: torch.ops.torch_dml_ops.gather_nd_out(other, idx, out=target))
+        else:
+            other = view(torch.int64, (rnd(1, 5), 1))
+            upd = torch.zeros((other.shape[0],) + target.shape[1:])
+            calls = (lambda: tdo.scatter_nd_(target, other, upd),
+                     lambda: torch.ops.torch_dml_ops.scatter_nd_(target, other, upd))
+        shared = bool(_bytes_of(target) & _bytes_of(other))
+        messages = []
+        for name, call in zip(("torch", "native"), calls):
+            backend(name)
+            try:
+                call()
+                messages.append(None)
+            except RuntimeError as e:
+                messages.append(str(e))
+        assert messages[0] == messages[1], messages
+        assert (messages[0] is not None) == shared, (
+            target.shape, target.stride(), target.storage_offset(), other.shape, other.stride(),
+            other.storage_offset(), messages[0])
+        assert messages[0] is None or OVERLAP_MSG in messages[0]
+        checked += 1
+        refused += shared
+    assert 25 < refused < 225, refused
+
+
+@needs_native
+def test_overlap_too_hard_to_decide_is_refused_with_its_own_message(backend):
+    """Layouts whose strides interleave so intricately that the exact search stops (after
+    OVERLAP_WORK steps) are refused, saying so and naming both layouts, by both checks."""
+    from torch_dml_ops._checks import OVERLAP_WORK
+    store = torch.zeros(1 << 15, dtype=torch.uint8)
+    target = store.as_strided((2, 36, 30), (73, 171, 150), 14873)
+    upd = store.as_strided((5, 36, 30), (359, 303, 273), 12404)
+    i = torch.tensor([[0], [1], [0], [1], [0]])
+    messages = []
+    for name, call in (("torch", tdo.scatter_nd_), ("native", torch.ops.torch_dml_ops.scatter_nd_)):
+        backend(name)
+        with pytest.raises(RuntimeError) as e:
+            call(target, i, upd)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+    assert messages[0] == (
+        f"scatter_nd_: InputTensor (the in-place target) may overlap UpdatesTensor in memory: "
+        f"their strides interleave too intricately to rule out a shared element in "
+        f"{OVERLAP_WORK} steps (InputTensor (the in-place target): sizes (2, 36, 30), strides "
+        f"(73, 171, 150), storage offset 14873, 1-byte elements; UpdatesTensor: sizes (5, 36, "
+        f"30), strides (359, 303, 273), storage offset 12404, 1-byte elements); pass a separate "
+        f"buffer, or clone() one of them")
+    assert not store.any()
 
 
 # ---------------------------------------------------- negative-bit tensors (item 4)

@@ -120,3 +120,134 @@ def test_torch_func_grad():
     x = torch.randn(4, 3)
     g = torch.func.grad(lambda a: tdo.gather_nd(a, torch.tensor([[1], [1]])).sum())(x)
     assert torch.equal(g, torch.zeros(4, 3).index_fill_(0, torch.tensor([1]), 2.0))
+
+
+# --- scatter_nd_ (in place) under vmap: a batching rule, equal to a per-sample loop -----------
+
+def _physical(t, d):
+    """``t`` with its batch at dim ``d`` (a non-contiguous physical layout for d > 0)."""
+    return t if d is None or d == 0 else t.movedim(0, d).contiguous()
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("in_dims", [(0, 0, 0), (0, None, 0), (0, 0, None), (0, None, None),
+                                     (1, 0, 1), (2, None, 1), (1, 1, None)])
+def test_scatter_nd_inplace_vmap_matches_a_loop(in_dims, reduction, deterministic):
+    g = torch.Generator().manual_seed(1)
+    b = 4
+    x0 = torch.randn(b, 6, 3, generator=g, dtype=torch.float64)
+    i0 = torch.randint(-6, 6, (b, 5, 1), generator=g)          # duplicates within a sample
+    u0 = torch.randn(b, 5, 3, generator=g, dtype=torch.float64)
+    x = _physical(x0, in_dims[0])
+    i = _physical(i0, in_dims[1]) if in_dims[1] is not None else i0[0]
+    u = _physical(u0, in_dims[2]) if in_dims[2] is not None else u0[0]
+    fn = lambda a, c, d: tdo.scatter_nd_(a, c, d, reduction)  # noqa: E731
+    want = x.clone()
+    loop(fn, (want, i, u), in_dims, b)
+    got = torch.vmap(fn, in_dims=in_dims, out_dims=in_dims[0])(x, i, u)
+    assert torch.equal(x, want)                 # written in place, bit for bit
+    assert torch.equal(got, want)               # and returned (the target itself)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+def test_scatter_nd_inplace_vmap_into_views_elements_and_dml_form(reduction):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 8, 4, generator=g)
+    i = torch.randint(0, 4, (3, 5, 2), generator=g)
+    u = torch.randn(3, 5, generator=g)
+    # a per-sample strided view as the target (writes land in x), element scatters (k = 2)
+    fn = lambda a, c, d: tdo.scatter_nd_(a[::2], c, d, reduction)  # noqa: E731
+    want = x.clone()
+    loop(fn, (want, i, u), (0, 0, 0), 3)
+    torch.vmap(fn)(x, i, u)
+    assert torch.equal(x, want)
+    # DML form: per sample [1, 5, 4], indices [1, 6, 1], updates [1, 6, 4]
+    x = torch.randn(3, 1, 5, 4, generator=g)
+    i = torch.randint(-5, 5, (3, 1, 6, 1), generator=g)
+    u = torch.randn(3, 1, 6, 4, generator=g)
+    kw = dict(input_dimension_count=2, indices_dimension_count=2)
+    fn = lambda a, c, d: tdo.scatter_nd_(a, c, d, reduction, **kw)  # noqa: E731
+    want = x.clone()
+    loop(fn, (want, i, u), (0, 0, 0), 3)
+    torch.vmap(fn)(x, i, u)
+    assert torch.equal(x, want)
+
+
+def test_scatter_nd_inplace_vmap_through_torch_ops_and_nested():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 6, generator=g)
+    i = torch.randint(0, 6, (2, 3, 4, 1), generator=g)
+    u = torch.randn(2, 3, 4, generator=g)
+    want = x.clone()
+    for a in range(2):
+        for c in range(3):
+            tdo.scatter_nd_(want[a, c], i[a, c], u[a, c], "add")
+    op = torch.ops.torch_dml_ops.scatter_nd_
+    got = x.clone()
+    fn = lambda a, c, d: op(a, c, d, "add")  # noqa: E731      (returns None)
+    assert torch.vmap(fn, out_dims=None)(got[0], i[0], u[0]) is None
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], x[1])
+    got = x.clone()
+    torch.vmap(torch.vmap(fn, out_dims=None), out_dims=None)(got, i, u)
+    assert torch.equal(got, want)
+
+
+def test_scatter_nd_inplace_vmap_under_autograd():
+    """Autograd outside vmap records the batched write (the loop's gradients, bit for bit)."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 6, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    u = torch.randn(3, 4, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    i = torch.tensor([[[1], [4], [1], [0]], [[5], [5], [2], [3]], [[0], [1], [2], [3]]])
+    w = torch.randn(3, 6, 2, generator=g, dtype=torch.float64)
+    for reduction in ("none", "add", "mul", "max"):
+        fn = lambda a, c, d: tdo.scatter_nd_(a, c, d, reduction)  # noqa: E731
+        y = x * 2
+        torch.vmap(fn)(y, i, u)
+        g1 = torch.autograd.grad((y * w).sum(), (x, u))
+        # the oracle: the functional op per sample (a loop of in-place writes into slices of
+        # one tensor cannot record mul/max: each write bumps the version the previous saved)
+        y2 = loop(lambda a, c, d: tdo.scatter_nd(a, c, d, reduction), (x * 2, i, u),
+                  (0, 0, 0), 3)
+        g2 = torch.autograd.grad((y2 * w).sum(), (x, u))
+        assert torch.equal(y, y2) and torch.equal(g1[0], g2[0]) and torch.equal(g1[1], g2[1])
+    # torch.func.grad outside vmap too
+    for reduction in ("none", "mul"):
+        f = lambda op: lambda uu: (torch.vmap(lambda a, c, d: op(a, c, d, reduction))(  # noqa
+            x.detach() * 2, i, uu) * w).sum()
+        assert torch.equal(torch.func.grad(f(tdo.scatter_nd_))(u.detach()),
+                           torch.func.grad(f(tdo.scatter_nd))(u.detach()))
+    with pytest.raises(RuntimeError, match="InputTensor is a leaf Variable that requires grad"):
+        torch.vmap(lambda a, c, d: tdo.scatter_nd_(a, c, d))(x, i, u)
+
+
+def test_scatter_nd_inplace_vmap_refuses_an_unbatched_target():
+    """Every sample would write into the same tensor: refused, as torch refuses index_copy_."""
+    x = torch.zeros(6, 2)
+    i = torch.randint(0, 6, (3, 4, 1))
+    u = torch.randn(3, 4, 2)
+    for fn in (lambda a, c, d: tdo.scatter_nd_(a, c, d),
+               lambda a, c, d: torch.ops.torch_dml_ops.scatter_nd_(a, c, d)):
+        with pytest.raises(RuntimeError, match=r"scatter_nd_: under torch.vmap, InputTensor \(the "
+                           r"in-place target\) is not vmapped while IndicesTensor, UpdatesTensor "
+                           r"are"):
+            torch.vmap(fn, in_dims=(None, 0, 0))(x, i, u)
+    assert not x.any()
+
+
+def test_out_overloads_under_vmap_refused_as_torch_refuses_its_own():
+    """torch's out= ops have no batching rule and no fallback under vmap (index_select(out=)
+    raises); the out= forms here raise the same error, naming the overload."""
+    x, i = torch.randn(3, 6, 2), torch.randint(0, 6, (3, 4, 1))
+    out = torch.empty(3, 4, 2)
+    with pytest.raises(RuntimeError) as theirs:
+        torch.vmap(lambda a, c, o: torch.index_select(a, 0, c[:, 0], out=o))(x, i, out)
+    assert "the fallback path doesn't work on out= or view ops" in str(theirs.value)
+    calls = {"gather_nd_out": (lambda a, c, o: tdo.gather_nd(a, c, out=o), out),
+             "scatter_nd_out": (lambda a, c, o: tdo.scatter_nd(a, c, out=o, updates=o[:4]),
+                                torch.empty(3, 6, 2))}
+    for name, (fn, o) in calls.items():
+        want = str(theirs.value).replace("aten::index_select.out", f"torch_dml_ops::{name}")
+        for in_dims in ((0, 0, 0), (0, 0, None)):
+            with pytest.raises(RuntimeError) as ours:
+                torch.vmap(fn, in_dims=in_dims)(x, i, o if in_dims[2] == 0 else o[0])
+            assert str(ours.value) == want

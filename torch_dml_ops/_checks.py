@@ -11,6 +11,7 @@ Rules cite the page they come from: ``spec <page>`` is a DirectML page in ``shar
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import torch
@@ -119,12 +120,119 @@ def _extent(t: torch.Tensor) -> int:
     return 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
 
 
+def _layout(t: torch.Tensor) -> str:
+    """Sizes, strides and storage offset, for messages."""
+    return (f"sizes {tuple(t.shape)}, strides {tuple(t.stride())}, storage offset "
+            f"{t.storage_offset()}, {t.element_size()}-byte elements")
+
+
 def _byte_span(t: torch.Tensor) -> tuple:
     """[start, end) byte addresses that a strided tensor may touch (empty span for numel 0)."""
     if t.numel() == 0:
         return (0, 0)
     start = t.data_ptr()
     return (start, start + _extent(t) * t.element_size())
+
+
+#: The most steps :func:`overlap_status` takes before it answers "too hard" (``OVERLAP_TOO_HARD``);
+#: the C++ check (``kOverlapWork``) counts the same steps.
+OVERLAP_WORK = 1 << 14
+OVERLAP_NO, OVERLAP_YES, OVERLAP_TOO_HARD = 0, 1, 2
+
+
+def _overlap_terms(t: torch.Tensor) -> list:
+    """``(byte stride, size - 1)`` of each dimension that moves (size > 1, stride != 0), and
+    ``(1, element size - 1)`` for the bytes of one element."""
+    es = t.element_size()
+    terms = [(abs(st) * es, sz - 1) for sz, st in zip(t.shape, t.stride()) if sz > 1 and st]
+    if es > 1:
+        terms.append((1, es - 1))
+    return terms
+
+
+def _solve_bounded(terms: list, rhs: int, max_work: int) -> int:
+    """Whether ``sum(a * x for a, u in terms) == rhs`` has a solution with ``0 <= x <= u``
+    (every ``a > 0``): ``OVERLAP_YES``, ``OVERLAP_NO``, or ``OVERLAP_TOO_HARD`` after
+    ``max_work`` steps.  Equal coefficients are merged and bounds trimmed to ``rhs // a``; then
+    a depth-first search, largest coefficient first, takes only the values of each unknown that
+    the rest can complete: the remainder must lie within what the smaller terms reach and be a
+    multiple of their gcd (so it steps through the candidates by ``gcd / gcd(a, gcd)``).  The
+    formulation is NumPy's (``numpy/_core/src/common/mem_overlap.c``, which uses a different
+    search).  Mirrors ``solve_bounded`` in ``csrc/checks.cpp`` step for step."""
+    merged: dict = {}
+    for a, u in terms:
+        merged[a] = merged.get(a, 0) + u
+    E = []
+    for a in sorted(merged, reverse=True):
+        u = min(merged[a], rhs // a)
+        if u > 0:
+            E.append((a, u))
+    n = len(E)
+    reach = [0] * (n + 1)      # the largest sum of the terms k.. (capped at rhs + 1)
+    gcds = [0] * (n + 1)       # the gcd of their coefficients
+    for k in range(n - 1, -1, -1):
+        a, u = E[k]
+        reach[k] = min(reach[k + 1] + a * u, rhs + 1)
+        gcds[k] = math.gcd(gcds[k + 1], a)
+    work = 0
+
+    def search(k: int, rem: int) -> int:
+        nonlocal work
+        if rem == 0:
+            return OVERLAP_YES
+        if k == n or rem > reach[k] or rem % gcds[k]:
+            return OVERLAP_NO
+        a, u = E[k]
+        if k == n - 1:
+            return OVERLAP_YES      # rem is a multiple of a, at most a * u
+        below = rem - reach[k + 1]
+        lo = (below + a - 1) // a if below > 0 else 0
+        x = min(u, rem // a)
+        g = gcds[k + 1]
+        while x >= lo and (rem - a * x) % g:        # the largest x the rest can complete
+            x -= 1
+            work += 1
+            if work > max_work:
+                return OVERLAP_TOO_HARD
+        step = g // math.gcd(a, g)
+        while x >= lo:
+            found = search(k + 1, rem - a * x)
+            if found != OVERLAP_NO:
+                return found
+            x -= step
+            work += 1
+            if work > max_work:
+                return OVERLAP_TOO_HARD
+        return OVERLAP_NO
+
+    if rhs < 0:
+        return OVERLAP_NO
+    if rhs >= 1 << 62:          # (the C++ twin's int64 arithmetic)
+        return OVERLAP_TOO_HARD
+    return search(0, rhs)
+
+
+def overlap_status(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Whether two strided tensors share a byte of memory: ``OVERLAP_NO``, ``OVERLAP_YES``,
+    or ``OVERLAP_TOO_HARD`` (undecided within ``OVERLAP_WORK`` steps: rare, multi-dimensional
+    views with unrelated strides over one buffer; about 20 ms here).
+
+    Exact, not a comparison of byte ranges: ``x[:, ::2]`` and ``x[:, 1::2]`` have intersecting
+    ranges and no common element.  A byte of ``a`` is ``start_a + sum(sa * i) + p`` (``p`` below
+    its element size), one of ``b`` counted down from its last byte ``end_b - 1 - sum(sb * j) -
+    q``; they meet when ``sum(sa * i) + p + sum(sb * j) + q == end_b - 1 - start_a``, a bounded
+    equation with positive coefficients (:func:`_solve_bounded`; the mirrored equation from
+    ``b``'s start is used when its right side is smaller)."""
+    return _overlap_within(a, _byte_span(a), b, _byte_span(b))
+
+
+def _overlap_within(a: torch.Tensor, a_span: tuple, b: torch.Tensor, b_span: tuple) -> int:
+    """:func:`overlap_status` given both byte spans."""
+    (a_start, a_end), (b_start, b_end) = a_span, b_span
+    if not (a_start < b_end and b_start < a_end):
+        return OVERLAP_NO
+    rhs = min(b_end - 1 - a_start, a_end - 1 - b_start)
+    return _solve_bounded(_overlap_terms(a) + _overlap_terms(b), rhs, OVERLAP_WORK)
 
 
 def storage_bytes_needed(t: torch.Tensor) -> int:
@@ -252,16 +360,25 @@ def check_out(op: str, out: torch.Tensor, shape: Sequence[int], dtype: torch.dty
     check_writable(op, out, name)
     if type(out) is not torch.Tensor and out.data_ptr() == 0:
         return      # a wrapper subclass (DTensor) owns no memory: the kernel checks its shards
-    o_start, o_end = _byte_span(out)
-    if o_start == o_end:
+    o_span = _byte_span(out)
+    if o_span[0] == o_span[1]:
         return
     for in_name, t in inputs:
-        t_start, t_end = _byte_span(t)
-        if t_start < o_end and o_start < t_end:
+        t_span = _byte_span(t)
+        if not (t_span[0] < o_span[1] and o_span[0] < t_span[1]):
+            continue        # (the common call: apart; inlined, as it runs on every call)
+        status = _overlap_within(out, o_span, t, t_span)
+        if status == OVERLAP_YES:
             raise MemoryOverlapError(
                 f"{op}: {name} overlaps {in_name} in memory; pass a separate buffer "
                 f"(unsupported operation: some elements of the input tensor and the written-to "
                 f"tensor refer to a single memory location)")
+        if status == OVERLAP_TOO_HARD:
+            raise MemoryOverlapError(
+                f"{op}: {name} may overlap {in_name} in memory: their strides interleave too "
+                f"intricately to rule out a shared element in {OVERLAP_WORK} steps ({name}: "
+                f"{_layout(out)}; {in_name}: {_layout(t)}); pass a separate buffer, or clone() "
+                f"one of them")
 
 
 def raise_index_error(op: str, indices: torch.Tensor, flat_position: int, index_tensor_shape,

@@ -79,10 +79,13 @@ def _winners(indices: torch.Tensor, lay: GatherLayout) -> torch.Tensor:
     order to address its slice, i.e. the one whose update a deterministic "none" scatter keeps.
 
     Built from the registered ops (a max-scatter of tuple positions, gathered back), so it runs on
-    every backend and under vmap."""
+    every backend and under vmap.  The positions and the scatter's target are made from
+    ``indices`` (``new_*``), not by factory functions: a tensor subclass such as DTensor then gets
+    one of its own kind (a plain tensor among DTensors is refused by their dispatch)."""
     nat = indices.reshape(lay.natural_indices_shape)
-    pos = torch.arange(lay.n_tuples, device=indices.device).reshape(nat.shape[:-1])
-    last = torch.full(lay.index_sizes, -1, dtype=torch.int64, device=indices.device)
+    pos = (indices.new_ones(lay.n_tuples, dtype=torch.int64).cumsum(0) - 1).reshape(
+        nat.shape[:-1])
+    last = indices.new_full(lay.index_sizes, -1, dtype=torch.int64)
     last = SCATTER_ND.call(last, nat, pos, "max", None, None, "permissive", False, False)
     return GATHER_ND.call(last, nat, 0, None, None, "permissive", False) == pos
 
@@ -234,8 +237,12 @@ def _scatter_nd_inplace_autograd(input, indices, updates, *args, **kwargs):
                                     (input, indices, updates) + args, kwargs)
 
 
-def _check_in_place_grad(input, updates) -> None:
-    if _autograd.forward_ad_active() or torch._C._are_functorch_transforms_active():
+def _check_in_place_grad(input, updates, transforms: bool = True) -> None:
+    """Refuse what the recorded in-place write cannot do: forward-mode AD, torch.func
+    transforms (``transforms=False``: the vmap rule, running under its own transform), a leaf
+    target that requires grad."""
+    if _autograd.forward_ad_active() or (
+            transforms and torch._C._are_functorch_transforms_active()):
         raise RuntimeError(
             "scatter_nd_: forward-mode AD and torch.func transforms are not supported through "
             "the in-place scatter; use the functional torch_dml_ops.scatter_nd")
@@ -263,32 +270,78 @@ _INPLACE_REDISPATCH = _INPLACE_OP._handle.redispatch_boxed
 lib.impl("scatter_nd_", _scatter_nd_inplace_autograd, "Autograd")
 
 
-def _scatter_nd_vmap(info, in_dims, input, indices, updates, reduction="none",
-                     input_dimension_count=None, indices_dimension_count=None,
-                     feature_level="permissive", check_indices=True, deterministic=False):
-    """torch.vmap: the vmapped dimension becomes one more leading coordinate of every tuple (a
-    DML-form call is checked as written, then run in its natural form and padded back)."""
+def _batched_call(info, in_dims, input, indices, updates, reduction, input_dimension_count,
+                  indices_dimension_count, feature_level, check_indices, deterministic, op):
+    """The operands of one call that does every sample's scatter: the vmapped dimension becomes
+    one more leading coordinate of every tuple (a DML-form call is checked as written, then run
+    in its natural form).  Returns ``(x, args)``: ``x`` is the physical input with the batch
+    first, a view of it (the in-place rule writes through it), ``args`` the op's arguments."""
     lay = check_scatter_nd(_backend.logical(input, in_dims[0]),
                            _backend.logical(indices, in_dims[1]),
                            _backend.logical(updates, in_dims[2]), reduction,
                            input_dimension_count, indices_dimension_count, feature_level,
-                           check_indices, deterministic)
+                           check_indices, deterministic, op)
     x, i, u = _backend.vmap_operands(info, in_dims[:3], (input, indices, updates))
     b = info.batch_size
-    padded = tuple(x.shape)
     if lay.dml_form:
-        x = x.reshape((b,) + tuple(lay.natural_input_shape))
+        # The padding dims (size 1) are indexed away: still a view of the input.
+        x = x[(slice(None),) + (0,) * (x.dim() - 1 - len(lay.natural_input_shape))]
         i = i.reshape((b,) + tuple(lay.natural_indices_shape))
         u = u.reshape((b,) + tuple(lay.natural_out_shape))
     coord = torch.arange(b, device=i.device).to(i.dtype)
     coord = coord.view((b,) + (1,) * (i.dim() - 1)).expand(tuple(i.shape[:-1]) + (1,))
-    out = _OP(x, torch.cat([coord, i], dim=-1), u, reduction, None, None, "permissive",
-              check_indices, deterministic)
-    return out.reshape(padded), 0
+    return x, (x, torch.cat([coord, i], dim=-1), u, reduction, None, None, "permissive",
+               check_indices, deterministic)
 
 
-# torch.vmap without the per-sample fallback loop (both forms, functional op).
+def _scatter_nd_vmap(info, in_dims, input, indices, updates, reduction="none",
+                     input_dimension_count=None, indices_dimension_count=None,
+                     feature_level="permissive", check_indices=True, deterministic=False):
+    """torch.vmap: one scatter with the vmapped dimension as a leading coordinate
+    (``_batched_call``), padded back in the DML form."""
+    x, args = _batched_call(info, in_dims, input, indices, updates, reduction,
+                            input_dimension_count, indices_dimension_count, feature_level,
+                            check_indices, deterministic, "scatter_nd")
+    padded = (info.batch_size,) + tuple(_backend.logical(input, in_dims[0]).shape)
+    return _OP(*args).reshape(padded), 0
+
+
+def _scatter_nd_inplace_vmap(info, in_dims, input, indices, updates, reduction="none",
+                             input_dimension_count=None, indices_dimension_count=None,
+                             feature_level="permissive", check_indices=True,
+                             deterministic=False):
+    """torch.vmap of the in-place op: one in-place scatter into the vmapped target (a view of
+    it with the batch first), as torch's per-sample loop for ``index_copy_`` would write.  The
+    target must be vmapped when anything else is (else every sample would write into the same
+    tensor; torch refuses that for its in-place ops).  When autograd records the physical
+    tensors (autograd outside vmap), the write is the functional op copied into the target, a
+    write autograd records (``copy_``) through the functional op's derivatives."""
+    if in_dims[0] is None:
+        batched = ", ".join(name for name, d in zip(("IndicesTensor", "UpdatesTensor"),
+                                                     in_dims[1:3]) if d is not None)
+        raise RuntimeError(
+            f"scatter_nd_: under torch.vmap, InputTensor (the in-place target) is not vmapped "
+            f"while {batched} are (in_dims {tuple(in_dims[:3])}): every sample would write into "
+            f"the same tensor; vmap the target too, or use the functional "
+            f"torch_dml_ops.scatter_nd")
+    x, args = _batched_call(info, in_dims, input, indices, updates, reduction,
+                            input_dimension_count, indices_dimension_count, feature_level,
+                            check_indices, deterministic, "scatter_nd_")
+    if _autograd.forward_ad_active() or (
+            torch.is_grad_enabled() and (input.requires_grad or updates.requires_grad)):
+        _check_in_place_grad(input, updates, transforms=False)
+        if reduction in _COMBINING:     # the functional op's backward reads its input
+            args = (x.clone(),) + args[1:]
+        x.copy_(_OP(*args))
+    else:
+        _autograd.below_autograd(_INPLACE_OP, _INPLACE_REDISPATCH, args[:3], args, {})
+    return None, None
+
+
+# torch.vmap without the per-sample fallback loop (both forms, functional and in place; the
+# out= overloads have none, as torch's own out= ops: the fallback refuses them).
 torch.library.register_vmap("torch_dml_ops::scatter_nd", _scatter_nd_vmap, lib=lib)
+torch.library.register_vmap("torch_dml_ops::scatter_nd_", _scatter_nd_inplace_vmap, lib=lib)
 
 _OP = torch.ops.torch_dml_ops.scatter_nd.default
 

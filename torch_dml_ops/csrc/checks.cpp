@@ -1,8 +1,11 @@
 // The C++ kernels' checks (checks.h); messages equal torch_dml_ops/_checks.py's.
 #include "checks.h"
 
+#include <algorithm>
 #include <array>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace tdo {
 
@@ -92,6 +95,108 @@ std::pair<uintptr_t, uintptr_t> byte_span(const Tensor& t) {
   if (t.numel() == 0) return {0, 0};
   auto start = reinterpret_cast<uintptr_t>(t.data_ptr());
   return {start, start + static_cast<uintptr_t>(extent(t)) * t.element_size()};
+}
+
+// Whether two strided tensors share a byte (_checks.overlap_status, step for step: the same
+// answers, "too hard" after the same kOverlapWork steps).
+enum Overlap { kOverlapNo = 0, kOverlapYes = 1, kOverlapTooHard = 2 };
+constexpr int64_t kOverlapWork = int64_t{1} << 14;
+
+// (byte stride, size - 1) of each dim that moves, and (1, element size - 1).
+void overlap_terms(const Tensor& t, std::vector<std::pair<int64_t, int64_t>>& terms) {
+  const int64_t es = static_cast<int64_t>(t.element_size());
+  auto sizes = t.sizes();
+  auto strides = t.strides();
+  for (size_t d = 0; d < sizes.size(); d++)
+    if (sizes[d] > 1 && strides[d] != 0)
+      terms.emplace_back(std::abs(strides[d]) * es, sizes[d] - 1);
+  if (es > 1) terms.emplace_back(1, es - 1);
+}
+
+int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    const int64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+// sum(a * x) == rhs with 0 <= x <= u, every a > 0 (_checks._solve_bounded: merged equal
+// coefficients, bounds trimmed to rhs / a, a depth-first search from the largest coefficient
+// whose remainders must lie within reach of the smaller terms and be multiples of their gcd).
+// Every value stays below 2 * rhs + 2 < 2**63 (rhs < 2**62).
+struct BoundedSearch {
+  std::vector<std::pair<int64_t, int64_t>> E;  // (a, u), a decreasing
+  std::vector<int64_t> reach, gcds;
+  int64_t work = 0;
+
+  Overlap search(size_t k, int64_t rem) {
+    if (rem == 0) return kOverlapYes;
+    if (k == E.size() || rem > reach[k] || rem % gcds[k] != 0) return kOverlapNo;
+    const auto [a, u] = E[k];
+    if (k + 1 == E.size()) return kOverlapYes;  // rem is a multiple of a, at most a * u
+    const int64_t below = rem - reach[k + 1];
+    const int64_t lo = below > 0 ? (below + a - 1) / a : 0;
+    int64_t x = std::min(u, rem / a);
+    const int64_t g = gcds[k + 1];
+    while (x >= lo && (rem - a * x) % g != 0) {  // the largest x the rest can complete
+      x--;
+      if (++work > kOverlapWork) return kOverlapTooHard;
+    }
+    const int64_t step = g / gcd64(a, g);
+    while (x >= lo) {
+      const Overlap found = search(k + 1, rem - a * x);
+      if (found != kOverlapNo) return found;
+      x -= step;
+      if (++work > kOverlapWork) return kOverlapTooHard;
+    }
+    return kOverlapNo;
+  }
+};
+
+Overlap solve_bounded(std::vector<std::pair<int64_t, int64_t>> terms, int64_t rhs) {
+  if (rhs < 0) return kOverlapNo;
+  if (rhs >= (int64_t{1} << 62)) return kOverlapTooHard;
+  std::sort(terms.begin(), terms.end(),
+            [](const auto& l, const auto& r) { return l.first > r.first; });
+  BoundedSearch s;
+  for (const auto& [a, u] : terms) {
+    const int64_t cap = rhs / a;
+    if (!s.E.empty() && s.E.back().first == a)
+      s.E.back().second = std::min(s.E.back().second + std::min(u, cap), cap);
+    else
+      s.E.emplace_back(a, std::min(u, cap));
+  }
+  s.E.erase(std::remove_if(s.E.begin(), s.E.end(), [](const auto& e) { return e.second == 0; }),
+            s.E.end());
+  const size_t n = s.E.size();
+  s.reach.assign(n + 1, 0);
+  s.gcds.assign(n + 1, 0);
+  for (size_t k = n; k-- > 0;) {
+    s.reach[k] = std::min(s.reach[k + 1] + s.E[k].first * s.E[k].second, rhs + 1);
+    s.gcds[k] = gcd64(s.gcds[k + 1], s.E[k].first);
+  }
+  return s.search(0, rhs);
+}
+
+// Whether a and b share a byte, given their byte spans (_checks._overlap_within).
+Overlap overlap_within(const Tensor& a, std::pair<uintptr_t, uintptr_t> a_span, const Tensor& b,
+                       std::pair<uintptr_t, uintptr_t> b_span) {
+  const auto [a_start, a_end] = a_span;
+  const auto [b_start, b_end] = b_span;
+  if (!(a_start < b_end && b_start < a_end)) return kOverlapNo;
+  const int64_t rhs = static_cast<int64_t>(std::min(b_end - 1 - a_start, a_end - 1 - b_start));
+  std::vector<std::pair<int64_t, int64_t>> terms;
+  overlap_terms(a, terms);
+  overlap_terms(b, terms);
+  return solve_bounded(std::move(terms), rhs);
+}
+
+std::string layout_text(const Tensor& t) {
+  return "sizes " + py_tuple(t.sizes()) + ", strides " + py_tuple(t.strides()) +
+         ", storage offset " + std::to_string(t.storage_offset()) + ", " +
+         std::to_string(t.element_size()) + "-byte elements";
 }
 
 bool has_internal_overlap(const Tensor& t) {
@@ -318,15 +423,21 @@ void check_out(const char* op, const Tensor& out, const Shape& shape, ScalarType
                   "): unsupported operation: more than one element of the written-to tensor "
                   "refers to a single memory location. Please clone() the tensor before "
                   "performing the operation.");
-  auto [o_start, o_end] = byte_span(out);
-  if (o_start == o_end) return;
+  const auto o_span = byte_span(out);
+  if (o_span.first == o_span.second) return;
   for (const auto& in : inputs) {
-    auto [t_start, t_end] = byte_span(*in.t);
-    if (t_start < o_end && o_start < t_end)
+    const Overlap status = overlap_within(out, o_span, *in.t, byte_span(*in.t));
+    if (status == kOverlapYes)
       runtime_error(op, ": ", name, " overlaps ", in.name,
                     " in memory; pass a separate buffer (unsupported operation: some elements of "
                     "the input tensor and the written-to tensor refer to a single memory "
                     "location)");
+    if (status == kOverlapTooHard)
+      runtime_error(op, ": ", name, " may overlap ", in.name,
+                    " in memory: their strides interleave too intricately to rule out a shared "
+                    "element in ", kOverlapWork, " steps (", name, ": ", layout_text(out), "; ",
+                    in.name, ": ", layout_text(*in.t), "); pass a separate buffer, or clone() "
+                    "one of them");
   }
 }
 
