@@ -772,6 +772,52 @@ def test_scatter_nd_zero_size(both, dev, case, index_dtype, reduction, variant):
     assert torch.equal(x, torch.arange(x.numel(), dtype=dtype).reshape(shape).to(dev))
 
 
+# (input shape, index values, index shape, batch_dims, the input's strides): empty inputs whose strides
+# chain nowhere (an empty tensor is "contiguous" whatever its strides, so .contiguous() keeps
+# them), with tuples into the empty dimension (bad) or beside it.
+ZERO_ODD_STRIDES = {
+    "empty_indexed_bad": ((0, 3, 2, 3), [1, 4], (2, 1), 0, (1, 1, 3, 6)),
+    "empty_indexed_bad_negative": ((0, 3, 2, 3), [-1], (1, 1), 0, (1, 1, 3, 6)),
+    "empty_second_indexed_bad": ((3, 0, 2, 3), [1, 0], (1, 2), 0, (1, 1, 1, 2)),
+    "empty_slice_bad": ((2, 0, 2, 3), [5], (1, 1), 0, (1, 1, 1, 2)),
+    "empty_slice_good": ((2, 0, 2, 3), [1, -2], (2, 1), 0, (1, 1, 1, 2)),
+    "batch_empty_indexed_bad": ((2, 0, 2, 3), [0, 0], (2, 1, 1), 1, (1, 1, 1, 2)),
+}
+
+
+ODD_VARIANTS = ("gather", "gather_out", "scatter", "scatter_out", "scatter_inplace")
+
+
+@over_backends("case,index_dtype,variant", [
+    pytest.param(*p.values, v, id=f"{p.id}-{v}") for p in _with_index_dtypes(ZERO_ODD_STRIDES)
+    for v in ODD_VARIANTS if v.startswith("gather") or not ZERO_ODD_STRIDES[p.values[0]][3]],
+    only=OTHERS)
+def test_zero_size_odd_strides_bad_tuple(both, dev, case, index_dtype, variant):
+    """An empty input with a bad tuple is the IndexError of every backend, whatever the empty
+    input's strides (Triton once launched with a stride of None: an InterpreterError)."""
+    shape, vals, ishape, b, strides = ZERO_ODD_STRIDES[case]
+    x = torch.empty_strided(shape, strides, device=dev)
+    i = idx(vals, index_dtype, ishape, dev)
+    k = ishape[-1]
+    res_shape = tuple(ishape[:-1]) + tuple(shape[b + k:])
+
+    def call():
+        if variant == "gather":
+            return tdo.gather_nd(x, i, b)
+        if variant == "gather_out":
+            return tdo.gather_nd(x, i, b, out=torch.empty(res_shape, device=dev))
+        u = torch.ones(res_shape, device=dev)
+        if variant == "scatter":
+            return tdo.scatter_nd(x, i, u)
+        if variant == "scatter_out":
+            return tdo.scatter_nd(x, i, u, out=torch.empty_strided(shape, strides, device=dev))
+        return tdo.scatter_nd_(torch.empty_strided(shape, strides, device=dev), i, u)
+    kind, got = both(call)
+    assert kind == ("ok" if case.endswith("good") else "raise"), got
+    if kind == "raise":
+        assert isinstance(got, IndexError), got
+
+
 @pytest.mark.parametrize("direction", DIRS)
 @over_backends("shape,k,axis", [((0, 5), 2, -1), ((3, 0, 4), 1, 2), ((3, 0, 4), 4, 2),
                                 ((2, 3, 0), 2, 1), ((0, 5), 1, 0), ((3, 0), 1, 1),
