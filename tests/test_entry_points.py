@@ -497,8 +497,6 @@ SCATTER_CASES = {
     "index_into_empty_slices": lambda v: scatter(f32(4, 0), ix([[7]]), f32(1, 0), variant=v),
     "index_dml_position": lambda v: _sc((1, 4, 3), ix([[[1], [4]]]), (1, 2, 3), ci=2, cq=2,
                                         variant=v),
-    "index_unchecked_still_refused": lambda v: _sc((4, 3), ix([[1], [9]]), (2, 3), check=False,
-                                                   variant=v),
     # storage resized away
     "input_storage_freed": lambda v: scatter(freed(f32(4, 3)), ix([[1]]), f32(1, 3), variant=v),
     "indices_storage_freed": lambda v: scatter(f32(4, 3), freed(ix([[1]])), f32(1, 3), variant=v),
@@ -600,6 +598,34 @@ def test_scatter_nd_out_entry_point_raises_like_the_public_function(case):
 def test_scatter_nd_inplace_entry_point_raises_like_the_public_function(case):
     msg = same_error(INPLACE_CASES[case]())
     assert msg.startswith("scatter_nd_:"), msg
+
+
+def test_unchecked_entry_points_skip_like_the_public_function():
+    """check_indices=False through the C++ entry points: the out-of-range tuples give zero
+    slices (gather) or are skipped (scatter), as in the public functions on the portable path,
+    for the functional, out= and in-place ops."""
+    x = f32(4, 3)
+    i = ix([[1], [9], [-5], [2], [-1]])
+    u = f32(5, 3) + 10
+    with tdo.backend("torch"):
+        want = tdo.gather_nd(x, i, check_indices=False)
+    assert torch.equal(want[1], torch.zeros(3)) and torch.equal(want[2], torch.zeros(3))
+    assert torch.equal(OPS.gather_nd.default(x, i, 0, None, None, "permissive", False), want)
+    out = torch.full((5, 3), 7.)
+    OPS.gather_nd_out.default(x, i, 0, None, None, "permissive", False, out=out)
+    assert torch.equal(out, want)
+    for reduction in ("none", "add", "mul", "max"):
+        with tdo.backend("torch"):
+            want = tdo.scatter_nd(x, i, u, reduction, check_indices=False)
+        assert torch.equal(want, tdo.scatter_nd(x, i[[0, 3, 4]], u[[0, 3, 4]], reduction))
+        args = (reduction, None, None, "permissive", False, False)
+        assert torch.equal(OPS.scatter_nd.default(x, i, u, *args), want)
+        out = torch.full((4, 3), 7.)
+        OPS.scatter_nd_out.default(x, i, u, *args, out=out)
+        assert torch.equal(out, want)
+        target = x.clone()
+        OPS.scatter_nd_.default(target, i, u, *args)
+        assert torch.equal(target, want)
 
 
 # =============================================================================================
