@@ -939,7 +939,9 @@ SCATTER_ZERO = {
     "empty_input_no_tuples": ((0, 3), [], (0, 1)),
     "no_tuples": ((3, 4), [], (0, 2)),
     "no_tuples_2d": ((3, 4), [], (2, 0, 1)),
-    "k0_refused": ((3, 4), [], (2, 0)),
+    "k0_whole_input": ((3, 4), [], (2, 0)),        # ONNX ScatterND's k = 0
+    "k0_no_tuples": ((3, 4), [], (0, 0)),
+    "k0_empty_input": ((3, 0), [], (2, 0)),
 }
 
 
@@ -1156,6 +1158,64 @@ def test_scatter_every_dtype_reduction(both, deterministic, dev, dtype, reductio
         if dtype.is_floating_point:
             continue   # the oracle's numpy round trip changes NaN payloads (the path above is exact)
         bits_equal(got.cpu(), scatter_nd_ref(x, i, u, reduction))
+
+
+# index shapes [..., 0] of ONNX ScatterND's k = 0: every tuple addresses the whole input
+K0_INDEX_SHAPES = [(3, 0), (2, 2, 0), (1, 0), (0, 0)]
+
+
+@pytest.mark.parametrize("variant", ["functional", "out", "inplace", "dml"])
+@over_backends("dtype,reduction", [(d, r) for d in (torch.float32, torch.int32, torch.int64,
+                                                    torch.uint8, torch.bool, torch.float64)
+                                   for r in REDUCTIONS],
+               triton=lambda d, r: d in (torch.float32, torch.int32, torch.uint8))
+def test_scatter_k0_updates_the_whole_input(any_backend, dev, deterministic, dtype, reduction,
+                                            variant):
+    """Index tuples of size 0 (ONNX ScatterND, TensorFlow, onnxruntime): updates have shape
+    indices.shape[:-1] + input.shape and each one covers the whole input, applied in index
+    order: "none" keeps the last, the reductions accumulate every one, bit for bit the oracle's
+    (deterministic mode: Triton's float add takes the ordered path)."""
+    cpp_covers(any_backend, "scatter_nd", "scatter_nd_out", "scatter_nd_")
+    g = torch.Generator().manual_seed(5)
+    x = make_data((4, 3), dtype, g)
+    if not dtype.is_floating_point and dtype != torch.bool:
+        x = x % 5        # products of four factors stay in range of the oracle's numpy type
+    for ishape in K0_INDEX_SHAPES:
+        i = torch.empty(ishape, dtype=torch.int64)
+        u = make_data(ishape[:-1] + (4, 3), dtype, g)
+        if not dtype.is_floating_point and dtype != torch.bool:
+            u = u % 5
+        expected = scatter_nd_ref(x, i, u, reduction)
+        xd, id_, ud = x.to(dev), i.to(dev), u.to(dev)
+        if variant == "functional":
+            res = tdo.scatter_nd(xd, id_, ud, reduction)
+            bits_equal(xd.cpu(), x, "the input")
+        elif variant == "out":
+            res = torch.zeros_like(xd)
+            assert tdo.scatter_nd(xd, id_, ud, reduction, out=res) is res
+        elif variant == "inplace":
+            res = xd.clone()
+            assert tdo.scatter_nd_(res, id_, ud, reduction) is res
+        else:   # DML form: input {1,4,3} (count 2), indices {1,n,0} (count 2), updates {n,4,3}
+            n = int(np.prod(ishape[:-1]))
+            res = tdo.scatter_nd(xd.unsqueeze(0), id_.reshape(1, n, 0), ud.reshape(n, 4, 3),
+                                 reduction, input_dimension_count=2, indices_dimension_count=2)
+            res = res.reshape(4, 3)
+        bits_equal(res.cpu(), expected, f"{reduction} {variant} {ishape}")
+
+
+@over_backends("dtype,reduction", [(d, r) for d in (torch.float16, torch.bfloat16)
+                                   for r in REDUCTIONS], only=OTHERS,
+               triton=lambda d, r: d == torch.float16)
+def test_scatter_k0_half_rounding_matches_portable(both, dev, dtype, reduction):
+    """float16/bfloat16 with k = 0: the portable path's rounding (per add up to 16384 updated
+    elements, else once per element), on every backend."""
+    g = torch.Generator().manual_seed(6)
+    for shape, n in (((4, 3), 5), ((64, 65), 4)):        # below and above the threshold
+        x = make_data(shape, dtype, g).to(dev)
+        i = torch.empty(n, 0, dtype=torch.int32, device=dev)
+        u = (make_data((n,) + shape, dtype, g) / 8).to(dev)
+        both(lambda: tdo.scatter_nd(x, i, u, reduction))
 
 
 @over_backends("dtype,reduction", [(d, r) for d in DATA_DTYPES

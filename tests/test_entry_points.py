@@ -434,7 +434,12 @@ SCATTER_CASES = {
     "updates_dtype": lambda v: scatter(f32(4), ix([[1]]), torch.ones(1, dtype=torch.float64),
                                        variant=v),
     "tuple_too_long": lambda v: _sc((4, 3), torch.zeros(2, 3, dtype=I64), (2,), variant=v),
-    "tuple_empty": lambda v: _sc((4, 3), torch.zeros(2, 0, dtype=I64), (2, 4, 3), variant=v),
+    "tuple_empty_updates_shape": lambda v: _sc((4, 3), torch.zeros(2, 0, dtype=I64), (2, 3),
+                                               variant=v),
+    "tuple_empty_dml_updates_rank": lambda v: _sc((1, 4, 3), torch.zeros(1, 2, 0, dtype=I64),
+                                                  (1, 2, 4, 3), ci=2, cq=2, variant=v),
+    "tuple_empty_dml_too_many_dims": lambda v: _sc((1, 4, 3), torch.zeros(2, 2, 0, dtype=I64),
+                                                   (2, 2, 4, 3), ci=2, cq=3, variant=v),
     "input_rank_0": lambda v: scatter(torch.tensor(1.), torch.zeros(1, dtype=I64),
                                       torch.tensor(1.), variant=v),
     "reduction_sum": lambda v: _sc((4, 3), ix([[1]]), (1, 3), reduction="sum", variant=v),
@@ -587,6 +592,41 @@ def test_scatter_nd_entry_points_raise_like_the_public_function(case, variant):
     msg = same_error(SCATTER_CASES[case](variant))
     if variant == "inplace":
         assert msg.startswith("scatter_nd_:"), msg
+
+
+def test_scatter_nd_tuple_size_rule_messages():
+    """ONNX ScatterND's k: 0 to the input's rank (GatherND's starts at 1); the C++ message is
+    the Python one."""
+    msg = same_error(SCATTER_CASES["tuple_too_long"]("functional"))
+    assert "index-tuple size and must be in [0, 2]" in msg and "got 3" in msg, msg
+    msg = same_error(SCATTER_CASES["tuple_empty_updates_shape"]("functional"))
+    assert "UpdatesTensor must have sizes (2, 4, 3)" in msg, msg
+    msg = same_error(SCATTER_CASES["tuple_empty_dml_too_many_dims"]("functional"))
+    assert "UpdatesTensor needs 4 dimensions (2, 2, 4, 3), more than the DimensionCount 3" in msg
+    msg = same_error(gather(f32(4, 3), torch.zeros(2, 0, dtype=I64)))
+    assert "index-tuple size and must be in [1, 2]" in msg and "got 0" in msg, msg
+
+
+@pytest.mark.parametrize("variant", ["functional", "out", "inplace"])
+def test_scatter_nd_tuple_size_0_entry_points_match_the_public_function(variant):
+    """k = 0 through the C++ entry points: every update covers the whole input, in index
+    order, as the public function on the portable path computes it."""
+    x = f32(4, 3)
+    i = torch.zeros(3, 0, dtype=I64)
+    u = torch.arange(36.).reshape(3, 4, 3) - 17
+    for reduction in ("none", "add", "mul", "max", "min"):
+        with tdo.backend("torch"):
+            want = tdo.scatter_nd(x, i, u, reduction)
+        args = (reduction, None, None, "permissive", True, False)
+        if variant == "functional":
+            got = OPS.scatter_nd.default(x, i, u, *args)
+        elif variant == "out":
+            got = torch.full((4, 3), 7.)
+            OPS.scatter_nd_out.default(x, i, u, *args, out=got)
+        else:
+            got = x.clone()
+            OPS.scatter_nd_.default(got, i, u, *args)
+        assert torch.equal(got, want), reduction
 
 
 @pytest.mark.parametrize("case", sorted(OUT_CASES))

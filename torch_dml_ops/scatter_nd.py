@@ -79,13 +79,16 @@ def _winners(indices: torch.Tensor, lay: GatherLayout) -> torch.Tensor:
     every backend and under vmap."""
     nat = indices.reshape(lay.natural_indices_shape)
     pos = torch.arange(lay.n_tuples, device=indices.device).reshape(nat.shape[:-1])
+    if lay.k == 0:      # every tuple addresses the whole input: the last one wins
+        return pos == lay.n_tuples - 1
     last = torch.full(lay.index_sizes, -1, dtype=torch.int64, device=indices.device)
     last = SCATTER_ND.call(last, nat, pos, "max", None, None, "permissive", False, False)
     return GATHER_ND.call(last, nat, 0, None, None, "permissive", False) == pos
 
 
 def _layout(ctx, indices):
-    return gather_layout("scatter_nd", ctx.input_shape, indices.shape, 0, *ctx.counts)
+    return gather_layout("scatter_nd", ctx.input_shape, indices.shape, 0, *ctx.counts,
+                         updates_name="UpdatesTensor", min_tuple_size=0)
 
 
 _COMBINING = ("mul", "max", "min")
@@ -109,7 +112,13 @@ def _scatter_nd_setup_context(ctx, inputs, output, previous=None):
 
 
 def _gather_at(ctx, t, indices):
-    """``t`` (input-shaped) at every tuple's slice: updates-shaped."""
+    """``t`` (input-shaped) at every tuple's slice: updates-shaped.  Index tuples of size 0
+    (which gather_nd refuses, as ONNX GatherND does) each take the whole of ``t``."""
+    if indices.shape[-1] == 0:
+        lay = _layout(ctx, indices)
+        whole = t.reshape(lay.natural_input_shape)
+        return whole.expand(tuple(lay.natural_indices_shape[:-1]) + tuple(whole.shape)).reshape(
+            ctx.updates_shape)
     return GATHER_ND.call(t, indices, 0, *ctx.counts, "permissive", False)
 
 
@@ -321,7 +330,9 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
     Args:
         input: data (dtypes as for :func:`gather_nd`); any strides.
         indices: ``[..., k]`` int64, int32, uint64 or uint32; negative values of a signed type
-            count from the end.
+            count from the end.  ``0 <= k <= input.dim()`` (ONNX ScatterND): with ``k == 0``
+            every update has the input's whole shape and covers all of it (in index order,
+            as duplicates are applied).
         updates: the input's dtype, shape as above.
         reduction: ``"none"`` (default), ``"add"``, ``"mul"``, ``"max"``, ``"min"``.  On bool
             data add/max are logical or, mul/min logical and.  DirectML levels allow "none" only.

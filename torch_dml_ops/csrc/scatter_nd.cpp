@@ -161,8 +161,8 @@ void plan_from_layout(const GatherLayout& lay, Plan& p) {
 bool fast_plan(IntRef is, IntRef xs, IntRef us, Plan& p) {
   const int64_t r = static_cast<int64_t>(is.size()), q = static_cast<int64_t>(xs.size());
   if (r < 1 || q < 1) return false;
-  const int64_t k = xs[q - 1];
-  if (k < 1 || k > r || static_cast<int64_t>(us.size()) != q - 1 + r - k) return false;
+  const int64_t k = xs[q - 1];  // 0: every tuple addresses the whole input (one row)
+  if (k < 0 || k > r || static_cast<int64_t>(us.size()) != q - 1 + r - k) return false;
   for (int64_t d = 0; d < q - 1; d++)
     if (us[d] != xs[d]) return false;
   for (int64_t d = k; d < r; d++)
@@ -218,9 +218,10 @@ Reduction check_scatter(const char* op, const Tensor& input, const Tensor& indic
   if (level == Level::Permissive && !dml &&
       fast_plan(input.sizes(), indices.sizes(), updates.sizes(), p))
     return static_cast<Reduction>(red);
+  // ONNX ScatterND: the index tuples may be empty (k = 0, each update is the whole input).
   const GatherLayout lay = gather_layout(op, shape_of(input), shape_of(indices), 0,
                                          input_dimension_count, indices_dimension_count,
-                                         "UpdatesTensor");
+                                         "UpdatesTensor", 0);
   if (lay.dml_form && updates.dim() != input.dim())
     value_error(op, ": in the DML form UpdatesTensor.DimensionCount must equal "
                 "InputTensor.DimensionCount (",
@@ -584,7 +585,7 @@ struct Call {
 [[noreturn]] void raise_bad_index(const Call& call, const Tensor& idx, int kind, int64_t flat) {
   const GatherLayout lay = gather_layout(call.op, shape_of(call.input), shape_of(call.indices), 0,
                                          call.input_dimension_count,
-                                         call.indices_dimension_count, "UpdatesTensor");
+                                         call.indices_dimension_count, "UpdatesTensor", 0);
   raise_index_error(call.op, idx.data_ptr(), kind, flat, shape_of(call.indices), lay,
                     call.input.dim());
 }

@@ -217,17 +217,42 @@ def _check_storages(op, input, indices, updates, out=None):
                    ("UpdatesTensor", updates), ("OutputTensor (out)", out))
 
 
+def whole_input_tuples(op, dst, source, indices, updates, lay):
+    """ONNX ScatterND's index tuples of size 0 (each update covers the whole input) as the
+    k = 1 scatter into the input seen with one more leading dimension of size 1, every
+    coordinate 0: the same single row, slices and order, so each backend's k = 1 path applies
+    unchanged (its duplicate claims, reductions, rounding thresholds).  Returns ``(dst,
+    source, indices, updates, lay)`` of that call; ``dst`` and ``source`` are views (the DML
+    padding, all 1s, dropped by indexing)."""
+    nat = tuple(lay.natural_input_shape)
+    n = lay.n_tuples
+
+    def lift(t):
+        return None if t is None else t[(0,) * (t.dim() - len(nat))].unsqueeze(0)
+    lay1 = gather_layout(op, (1,) + nat, (n, 1), 0, None, None, updates_name="UpdatesTensor")
+    zeros = torch.zeros((n, 1), dtype=torch.int64, device=indices.device)
+    return lift(dst), lift(source), zeros, updates.reshape((n,) + nat), lay1
+
+
 def make_kernels(compute) -> dict:
     """``scatter_nd``, ``scatter_nd_out`` and ``scatter_nd_`` kernels around
     ``compute(op, dst, source, indices, updates, lay, reduction, check, deterministic, fresh)``,
     which checks every index, copies ``source`` into ``dst`` (unless None: ``dst`` already holds
     the input), then scatters, in that order, so a failing call writes nothing the caller owns
-    (a ``fresh`` ``dst`` is a new tensor nobody else sees).
+    (a ``fresh`` ``dst`` is a new tensor nobody else sees).  ``compute`` sees index tuples of
+    size 1 or more: a call with tuples of size 0 reaches it as :func:`whole_input_tuples`.
 
     The kernels check what every backend needs (the metadata rules, storage bounds, the out= or
     in-place target), resolve negative-bit views (a negative-bit target is written through its
     negation by ``copy_`` from a fresh result), and bump the version counter of what they write.
     ``deterministic``: the op's argument or torch's deterministic mode."""
+    run = compute
+
+    def compute(op, dst, source, indices, updates, lay, reduction, check, det, fresh):
+        if lay.k == 0:
+            dst, source, indices, updates, lay = whole_input_tuples(op, dst, source, indices,
+                                                                    updates, lay)
+        run(op, dst, source, indices, updates, lay, reduction, check, det, fresh)
 
     def fresh_result(input, indices, updates, lay, reduction, check, det):
         out = input.clone(memory_format=torch.contiguous_format)
