@@ -246,17 +246,16 @@ def make_kernels(compute) -> dict:
     in-place target), resolve negative-bit views (a negative-bit target is written through its
     negation by ``copy_`` from a fresh result), and bump the version counter of what they write.
     ``deterministic``: the op's argument or torch's deterministic mode."""
-    run = compute
 
-    def compute(op, dst, source, indices, updates, lay, reduction, check, det, fresh):
+    def run(op, dst, source, indices, updates, lay, reduction, check, det, fresh):
         if lay.k == 0:
             dst, source, indices, updates, lay = whole_input_tuples(op, dst, source, indices,
                                                                     updates, lay)
-        run(op, dst, source, indices, updates, lay, reduction, check, det, fresh)
+        compute(op, dst, source, indices, updates, lay, reduction, check, det, fresh)
 
     def fresh_result(input, indices, updates, lay, reduction, check, det):
         out = input.clone(memory_format=torch.contiguous_format)
-        compute("scatter_nd", out, None, indices, updates, lay, reduction, check, det, True)
+        run("scatter_nd", out, None, indices, updates, lay, reduction, check, det, True)
         return out
 
     def write(op, target, source, indices, updates, lay, reduction, check, det):
@@ -265,7 +264,7 @@ def make_kernels(compute) -> dict:
             base = resolved(source if source is not None else target)
             target.copy_(fresh_result(base, indices, updates, lay, reduction, check, det))
             return
-        compute(op, target, None if source is None else resolved(source), indices, updates,
+        run(op, target, None if source is None else resolved(source), indices, updates,
                 lay, reduction, check, det, False)
         written(target)
 
