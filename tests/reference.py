@@ -31,11 +31,27 @@ def index_values(indices: torch.Tensor) -> np.ndarray:
     return t.numpy().astype(object)
 
 
-def gather_nd_ref(data: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0) -> np.ndarray:
+def _coords(idx, pos, k, sizes, signed):
+    """The wrapped coordinates of tuple ``pos``, or None when one is out of range."""
+    coords = []
+    for j in range(k):
+        v = int(idx[pos + (j,)])
+        if signed and v < 0:
+            v += sizes[j]
+        if not 0 <= v < sizes[j]:
+            return None
+        coords.append(v)
+    return coords
+
+
+def gather_nd_ref(data: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0,
+                  skip_bad: bool = False) -> np.ndarray:
     """ONNX GatherND (natural form), element by element.  Returns raw bits.
 
     output[b..., i..., s...] = data[b..., wrap(indices[b..., i..., 0]), ..., wrap(...[k-1]), s...]
-    where wrap adds the dimension size to a negative index of a signed index type.
+    where wrap adds the dimension size to a negative index of a signed index type.  An
+    out-of-range tuple raises IndexError, or with ``skip_bad`` (``check_indices=False``) gives
+    a zero slice.
     """
     d = to_bits(data)
     idx = index_values(indices)
@@ -44,16 +60,13 @@ def gather_nd_ref(data: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0
     out_shape = idx.shape[:-1] + d.shape[b + k:]
     out = np.zeros(out_shape, dtype=d.dtype)
     signed = indices.dtype in SIGNED
+    sizes = d.shape[b:b + k]
     for pos in np.ndindex(*idx.shape[:-1]):
-        coords = []
-        for j in range(k):
-            v = int(idx[pos + (j,)])
-            size = d.shape[b + j]
-            if signed and v < 0:
-                v += size
-            if not 0 <= v < size:
-                raise IndexError(f"reference: index {idx[pos + (j,)]} out of range for size {size}")
-            coords.append(v)
+        coords = _coords(idx, pos, k, sizes, signed)
+        if coords is None:
+            if skip_bad:
+                continue            # out stays zero
+            raise IndexError(f"reference: tuple {pos} out of range for sizes {sizes}")
         out[pos] = d[tuple(pos[:b]) + tuple(coords)]
     return out
 
@@ -85,10 +98,12 @@ def _np_value(t: torch.Tensor) -> np.ndarray:
 
 
 def scatter_nd_ref(data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
-                   reduction: str = "none") -> torch.Tensor:
+                   reduction: str = "none", skip_bad: bool = False) -> torch.Tensor:
     """ONNX ScatterND-18 (natural form), tuple by tuple in index order (so for "none" the last
     duplicate wins).  Arithmetic in numpy in the data's dtype; bfloat16 is rounded after every
-    step, as torch's bfloat16 arithmetic does.  Returns a torch tensor of the data's dtype."""
+    step, as torch's bfloat16 arithmetic does.  Returns a torch tensor of the data's dtype.  An
+    out-of-range tuple raises IndexError, or with ``skip_bad`` (``check_indices=False``) is
+    skipped."""
     out = _np_value(data).copy()
     upd = _np_value(updates)
     idx = index_values(indices)
@@ -96,22 +111,18 @@ def scatter_nd_ref(data: torch.Tensor, indices: torch.Tensor, updates: torch.Ten
     signed = indices.dtype in SIGNED
     bf16 = data.dtype == torch.bfloat16
     with np.errstate(all="ignore"):          # integer wrap-around is the defined behaviour
-        _scatter_loop(out, upd, idx, k, signed, bf16, reduction)
+        _scatter_loop(out, upd, idx, k, signed, bf16, reduction, skip_bad)
     res = torch.from_numpy(np.ascontiguousarray(out))
     return res.to(torch.bfloat16) if bf16 else res
 
 
-def _scatter_loop(out, upd, idx, k, signed, bf16, reduction):
+def _scatter_loop(out, upd, idx, k, signed, bf16, reduction, skip_bad):
     for pos in np.ndindex(*idx.shape[:-1]):
-        coords = []
-        for j in range(k):
-            v = int(idx[pos + (j,)])
-            size = out.shape[j]
-            if signed and v < 0:
-                v += size
-            if not 0 <= v < size:
-                raise IndexError(f"reference: index {idx[pos + (j,)]} out of range for size {size}")
-            coords.append(v)
+        coords = _coords(idx, pos, k, out.shape[:k], signed)
+        if coords is None:
+            if skip_bad:
+                continue
+            raise IndexError(f"reference: tuple {pos} out of range for sizes {out.shape[:k]}")
         c = tuple(coords)
         u = upd[pos]
         cur = out[c]

@@ -706,6 +706,206 @@ def test_scatter_out_of_range_same_error_untouched(errors, num_threads, dev, ind
     assert torch.equal(x, x0)
 
 
+# ---------------------------------------------------------------------------------------------
+# check_indices=False: the same on every backend (an out-of-range tuple gives a zero slice in a
+# gather and is skipped by a scatter), and never a read or write out of bounds.  Every tensor
+# lies inside a guarded buffer: a wrapped, clamped or unchecked coordinate would read the guard
+# value or write over it.
+# ---------------------------------------------------------------------------------------------
+
+GUARD = 777
+#: Values out of range for a dimension of size 4 or 3 (and some that would alias an in-range
+#: row if they wrapped or were taken modulo the size), per index dtype.
+UNCHECKED_BAD = {
+    torch.int64: [4, -5, 7, 2**40, -2**63, 2**63 - 1],
+    torch.int32: [4, -5, 7, 2**31 - 1, -2**31],
+    torch.uint32: [4, 7, 2**32 - 1, 2**31],
+    torch.uint64: [4, 7, 2**63, 2**64 - 1],
+}
+
+
+def guarded(shape, dtype, dev, values=None, pad=8):
+    """(buffer, view): a tensor of ``shape`` inside a buffer holding GUARD before and after it."""
+    n = int(np.prod(shape))
+    buf = torch.full((pad + n + pad,), GUARD, dtype=dtype, device=dev)
+    view = buf[pad:pad + n].view(shape)
+    if values is not None:
+        view.copy_(values)
+    return buf, view
+
+
+def assert_guard_intact(buf, what, pad=8):
+    g = buf.cpu()
+    assert bool((g[:pad] == GUARD).all()) and bool((g[-pad:] == GUARD).all()), \
+        f"{what}: the guard around the tensor was written"
+
+
+def unchecked_tuples(index_dtype, sizes, n_good, seed=0):
+    """Index values ``[n, len(sizes)]``: in-range tuples interleaved with tuples that have one
+    bad coordinate (each bad value of the dtype, in each column)."""
+    g = torch.Generator().manual_seed(seed)
+    signed = index_dtype in (torch.int64, torch.int32)
+    good = make_indices((n_good,), sizes, torch.int64, negative=signed, generator=g).tolist()
+    rows = []
+    for v in UNCHECKED_BAD[index_dtype]:
+        for col in range(len(sizes)):
+            row = list(good[len(rows) % n_good])
+            row[col] = v
+            rows.append(row)
+    out = []
+    for r, bad in enumerate(rows):
+        out.append(good[r % n_good])
+        out.append(bad)
+    out.extend(good[len(rows):])
+    return out
+
+
+@pytest.mark.parametrize("layout", ["plain", "out", "strided_out", "batch", "dml", "transposed"])
+@over_backends("index_dtype", INDEX_DTYPES)
+def test_unchecked_gather_zeros_out_of_range_tuples(any_backend, dev, index_dtype, layout):
+    """check_indices=False: no IndexError; a tuple with a coordinate out of range gives a zero
+    slice, the others their slice, on every backend (the oracle's skip_bad); nothing outside
+    the tensors is read or written."""
+    cpp_covers(any_backend, "gather_nd", "gather_nd_out")
+    b = 1 if layout == "batch" else 0
+    shape = (4, 3, 5)
+    buf, x = guarded(shape, torch.float32, dev, torch.arange(1, 61, dtype=torch.float32)
+                     .reshape(shape))
+    if layout == "transposed":          # the slice read through a stride of 3
+        buf, xt = guarded((4, 5, 3), torch.float32, dev,
+                          torch.arange(1, 61, dtype=torch.float32).reshape(4, 3, 5).transpose(1, 2))
+        x = xt.transpose(1, 2)
+    if b:
+        vals = ([v for r in unchecked_tuples(index_dtype, (3,), 2) for v in r] * 2)[:16]
+        i = idx(vals, index_dtype, (4, 4, 1), dev)
+    else:
+        vals = unchecked_tuples(index_dtype, (4, 3), 5)
+        i = idx([v for r in vals for v in r], index_dtype, (len(vals), 2), dev)
+    expected = gather_nd_ref(x.cpu(), i.cpu(), b, skip_bad=True)
+    res_shape = expected.shape
+    if layout in ("out", "strided_out"):
+        n = int(np.prod(res_shape))
+        obuf, out = guarded((n * (2 if layout == "strided_out" else 1),), torch.float32, dev)
+        out = out[::2] if layout == "strided_out" else out
+        out = out.view(res_shape) if layout == "out" else out.as_strided(
+            res_shape, (res_shape[1] * 2, 2))
+        res = tdo.gather_nd(x, i, b, check_indices=False, out=out)
+        assert res is out
+        assert_guard_intact(obuf, "out=")
+    elif layout == "dml":
+        res = tdo.gather_nd(x.unsqueeze(0), i[None, None], input_dimension_count=3,
+                            indices_dimension_count=2, check_indices=False)
+        res = res.reshape(res_shape)
+    else:
+        res = tdo.gather_nd(x, i, b, check_indices=False)
+    bits_equal_ref(res, expected)
+    assert not bool((res == GUARD).any()), "a bad tuple read the guard"
+    assert_guard_intact(buf, "input")
+    with pytest.raises(IndexError):          # the default still raises
+        tdo.gather_nd(x, i, b)
+
+
+@pytest.mark.parametrize("variant", ["functional", "out", "inplace", "dml_inplace"])
+@over_backends("index_dtype,dtype,reduction",
+               [(d, torch.int32, r) for d in INDEX_DTYPES for r in REDUCTIONS]
+               + [(torch.int64, torch.float32, r) for r in ("none", "add", "mul", "max")]
+               + [(torch.uint64, torch.float16, r) for r in ("add", "mul")])
+def test_unchecked_scatter_skips_out_of_range_tuples(any_backend, dev, index_dtype, dtype,
+                                                     reduction, variant, deterministic):
+    """check_indices=False: no IndexError; a tuple with a coordinate out of range is skipped,
+    the others apply in index order (duplicates included), on every backend, the Triton
+    kernels' fallbacks to the portable path included (mul; float16 add); nothing outside the
+    target is written, nothing outside the updates read."""
+    cpp_covers(any_backend, "scatter_nd", "scatter_nd_out", "scatter_nd_")
+    g = torch.Generator().manual_seed(3)
+    shape = (4, 3, 5)
+    x0 = make_data(shape, dtype, g)
+    if dtype == torch.int32:
+        x0 = x0 % 1000        # products of a few updates stay exact in the oracle
+    vals = unchecked_tuples(index_dtype, (4, 3), 5)
+    n = len(vals)
+    i = idx([v for r in vals for v in r], index_dtype, (n, 2), dev)
+    ubuf, u = guarded((n, 5), dtype, dev, (make_data((n, 5), dtype, g) % 7 + 1)
+                      if dtype == torch.int32 else make_data((n, 5), dtype, g) / 64)
+    # the call without the bad tuples, checked (float16: the portable path's rounding, which
+    # the oracle's per-step rounding does not follow); the oracle for the other dtypes
+    kept = [r for r, row in enumerate(vals) if all(
+        (-s if index_dtype in (torch.int64, torch.int32) else 0) <= v < s
+        for v, s in zip(row, shape))]
+    expected = tdo.scatter_nd(x0.to(dev), i[kept], u[kept], reduction).cpu()
+    if dtype != torch.float16:
+        bits_equal(expected, scatter_nd_ref(x0, i.cpu(), u.cpu(), reduction, skip_bad=True),
+                   "the checked call without the bad tuples vs the oracle")
+    buf, x = guarded(shape, dtype, dev, x0)
+    if variant == "functional":
+        res = tdo.scatter_nd(x, i, u, reduction, check_indices=False)
+        bits_equal(x.cpu(), x0, "the input")
+    elif variant == "out":
+        obuf, res = guarded(shape, dtype, dev)
+        tdo.scatter_nd(x, i, u, reduction, check_indices=False, out=res)
+        assert_guard_intact(obuf, "out=")
+    elif variant == "inplace":
+        res = tdo.scatter_nd_(x, i, u, reduction, check_indices=False)
+        assert res is x
+    else:
+        tdo.scatter_nd_(x.unsqueeze(0), i[None, None], u[None, None], reduction,
+                        input_dimension_count=3, indices_dimension_count=2, check_indices=False)
+        res = x
+    bits_equal(res.cpu(), expected, f"{reduction} {variant}")
+    assert_guard_intact(buf, "the input / in-place target")
+    assert_guard_intact(ubuf, "the updates")
+
+
+@over_backends("", [()])
+def test_unchecked_zero_size_and_empty_dimension(any_backend, dev):
+    """check_indices=False on an empty indexed dimension (every tuple out of range): zeros from
+    a gather, an unchanged copy from a scatter; empty slices: nothing to read or write."""
+    cpp_covers(any_backend, "gather_nd", "scatter_nd")
+    x = torch.empty_strided((0, 3, 2), (1, 1, 3), device=dev)
+    i = torch.tensor([[0], [5], [-1]], device=dev)
+    assert torch.equal(tdo.gather_nd(x, i, check_indices=False).cpu(), torch.zeros(3, 3, 2))
+    out = torch.full((3, 3, 2), 7.0, device=dev)
+    tdo.gather_nd(x, i, check_indices=False, out=out)
+    assert torch.equal(out.cpu(), torch.zeros(3, 3, 2))
+    assert tdo.scatter_nd(x, i, torch.ones(3, 3, 2, device=dev), check_indices=False).shape == \
+        (0, 3, 2)
+    y = torch.arange(6.0, device=dev).reshape(3, 2, 1)[:, :, :0]      # empty slices
+    assert tdo.gather_nd(y, i, check_indices=False).shape == (3, 2, 0)
+    yz = torch.arange(6.0, device=dev).reshape(3, 2)
+    iz = torch.tensor([[1, 5], [7, 0], [-1, -1]], device=dev)
+    assert torch.equal(tdo.gather_nd(yz, iz, check_indices=False).cpu(),
+                       torch.tensor([0.0, 0.0, 5.0]))
+    assert torch.equal(tdo.scatter_nd(yz, iz, torch.full((3,), 9.0, device=dev), "add",
+                                      check_indices=False).cpu(),
+                       torch.tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 14.0]]))
+
+
+@pytest.mark.parametrize("reduction", ["gather"] + REDUCTIONS)
+@over_backends("", [()])
+def test_unchecked_gradients_skip_out_of_range_tuples(any_backend, dev, reduction):
+    """The gradient of a check_indices=False call: the skipped (or zero-gathered) tuples get a
+    zero gradient and give none, on every backend (the backward ops, which always check, never
+    see them); gradcheck on the rest."""
+    i = torch.tensor([[1], [5], [-1], [-7], [1]], device=dev)
+    x = torch.randn(3, 2, dtype=torch.float64, device=dev, requires_grad=True)
+    u = torch.randn(5, 2, dtype=torch.float64, device=dev, requires_grad=True)
+    if reduction == "gather":
+        fn = lambda x: tdo.gather_nd(x, i, check_indices=False)     # noqa: E731
+        torch.autograd.gradcheck(fn, (x,))
+        torch.autograd.gradgradcheck(fn, (x,))
+        fn(x).sum().backward()
+        assert torch.equal(x.grad.cpu(), torch.tensor([[0.0, 0.0], [2.0, 2.0], [1.0, 1.0]],
+                                                      dtype=torch.float64))
+        return
+    iu = torch.tensor([[1], [5], [-1], [-7], [0]], device=dev)      # no duplicates: smooth
+    fn = lambda x, u: tdo.scatter_nd(x, iu, u, reduction, check_indices=False)  # noqa: E731
+    torch.autograd.gradcheck(fn, (x, u))
+    fn(x, u).sum().backward()
+    assert torch.equal(u.grad[1].cpu(), torch.zeros(2, dtype=torch.float64))
+    assert torch.equal(u.grad[3].cpu(), torch.zeros(2, dtype=torch.float64))
+    assert bool(torch.isfinite(x.grad).all()) and bool(torch.isfinite(u.grad).all())
+
+
 # =============================================================================================
 # 2. Zero-size tensors
 # =============================================================================================
@@ -778,7 +978,9 @@ SCATTER_ZERO = {
     "empty_input_no_tuples": ((0, 3), [], (0, 1)),
     "no_tuples": ((3, 4), [], (0, 2)),
     "no_tuples_2d": ((3, 4), [], (2, 0, 1)),
-    "k0_refused": ((3, 4), [], (2, 0)),
+    "k0_whole_input": ((3, 4), [], (2, 0)),        # ONNX ScatterND's k = 0
+    "k0_no_tuples": ((3, 4), [], (0, 0)),
+    "k0_empty_input": ((3, 0), [], (2, 0)),
 }
 
 
@@ -809,6 +1011,52 @@ def test_scatter_nd_zero_size(both, dev, case, index_dtype, reduction, variant):
         return target
     both(call)
     assert torch.equal(x, torch.arange(x.numel(), dtype=dtype).reshape(shape).to(dev))
+
+
+# (input shape, index values, index shape, batch_dims, the input's strides): empty inputs whose strides
+# chain nowhere (an empty tensor is "contiguous" whatever its strides, so .contiguous() keeps
+# them), with tuples into the empty dimension (bad) or beside it.
+ZERO_ODD_STRIDES = {
+    "empty_indexed_bad": ((0, 3, 2, 3), [1, 4], (2, 1), 0, (1, 1, 3, 6)),
+    "empty_indexed_bad_negative": ((0, 3, 2, 3), [-1], (1, 1), 0, (1, 1, 3, 6)),
+    "empty_second_indexed_bad": ((3, 0, 2, 3), [1, 0], (1, 2), 0, (1, 1, 1, 2)),
+    "empty_slice_bad": ((2, 0, 2, 3), [5], (1, 1), 0, (1, 1, 1, 2)),
+    "empty_slice_good": ((2, 0, 2, 3), [1, -2], (2, 1), 0, (1, 1, 1, 2)),
+    "batch_empty_indexed_bad": ((2, 0, 2, 3), [0, 0], (2, 1, 1), 1, (1, 1, 1, 2)),
+}
+
+
+ODD_VARIANTS = ("gather", "gather_out", "scatter", "scatter_out", "scatter_inplace")
+
+
+@over_backends("case,index_dtype,variant", [
+    pytest.param(*p.values, v, id=f"{p.id}-{v}") for p in _with_index_dtypes(ZERO_ODD_STRIDES)
+    for v in ODD_VARIANTS if v.startswith("gather") or not ZERO_ODD_STRIDES[p.values[0]][3]],
+    only=OTHERS)
+def test_zero_size_odd_strides_bad_tuple(both, dev, case, index_dtype, variant):
+    """An empty input with a bad tuple is the IndexError of every backend, whatever the empty
+    input's strides (Triton once launched with a stride of None: an InterpreterError)."""
+    shape, vals, ishape, b, strides = ZERO_ODD_STRIDES[case]
+    x = torch.empty_strided(shape, strides, device=dev)
+    i = idx(vals, index_dtype, ishape, dev)
+    k = ishape[-1]
+    res_shape = tuple(ishape[:-1]) + tuple(shape[b + k:])
+
+    def call():
+        if variant == "gather":
+            return tdo.gather_nd(x, i, b)
+        if variant == "gather_out":
+            return tdo.gather_nd(x, i, b, out=torch.empty(res_shape, device=dev))
+        u = torch.ones(res_shape, device=dev)
+        if variant == "scatter":
+            return tdo.scatter_nd(x, i, u)
+        if variant == "scatter_out":
+            return tdo.scatter_nd(x, i, u, out=torch.empty_strided(shape, strides, device=dev))
+        return tdo.scatter_nd_(torch.empty_strided(shape, strides, device=dev), i, u)
+    kind, got = both(call)
+    assert kind == ("ok" if case.endswith("good") else "raise"), got
+    if kind == "raise":
+        assert isinstance(got, IndexError), got
 
 
 @pytest.mark.parametrize("direction", DIRS)
@@ -949,6 +1197,64 @@ def test_scatter_every_dtype_reduction(both, deterministic, dev, dtype, reductio
         if dtype.is_floating_point:
             continue   # the oracle's numpy round trip changes NaN payloads (the path above is exact)
         bits_equal(got.cpu(), scatter_nd_ref(x, i, u, reduction))
+
+
+# index shapes [..., 0] of ONNX ScatterND's k = 0: every tuple addresses the whole input
+K0_INDEX_SHAPES = [(3, 0), (2, 2, 0), (1, 0), (0, 0)]
+
+
+@pytest.mark.parametrize("variant", ["functional", "out", "inplace", "dml"])
+@over_backends("dtype,reduction", [(d, r) for d in (torch.float32, torch.int32, torch.int64,
+                                                    torch.uint8, torch.bool, torch.float64)
+                                   for r in REDUCTIONS],
+               triton=lambda d, r: d in (torch.float32, torch.int32, torch.uint8))
+def test_scatter_k0_updates_the_whole_input(any_backend, dev, deterministic, dtype, reduction,
+                                            variant):
+    """Index tuples of size 0 (ONNX ScatterND, TensorFlow, onnxruntime): updates have shape
+    indices.shape[:-1] + input.shape and each one covers the whole input, applied in index
+    order: "none" keeps the last, the reductions accumulate every one, bit for bit the oracle's
+    (deterministic mode: Triton's float add takes the ordered path)."""
+    cpp_covers(any_backend, "scatter_nd", "scatter_nd_out", "scatter_nd_")
+    g = torch.Generator().manual_seed(5)
+    x = make_data((4, 3), dtype, g)
+    if not dtype.is_floating_point and dtype != torch.bool:
+        x = x % 5        # products of four factors stay in range of the oracle's numpy type
+    for ishape in K0_INDEX_SHAPES:
+        i = torch.empty(ishape, dtype=torch.int64)
+        u = make_data(ishape[:-1] + (4, 3), dtype, g)
+        if not dtype.is_floating_point and dtype != torch.bool:
+            u = u % 5
+        expected = scatter_nd_ref(x, i, u, reduction)
+        xd, id_, ud = x.to(dev), i.to(dev), u.to(dev)
+        if variant == "functional":
+            res = tdo.scatter_nd(xd, id_, ud, reduction)
+            bits_equal(xd.cpu(), x, "the input")
+        elif variant == "out":
+            res = torch.zeros_like(xd)
+            assert tdo.scatter_nd(xd, id_, ud, reduction, out=res) is res
+        elif variant == "inplace":
+            res = xd.clone()
+            assert tdo.scatter_nd_(res, id_, ud, reduction) is res
+        else:   # DML form: input {1,4,3} (count 2), indices {1,n,0} (count 2), updates {n,4,3}
+            n = int(np.prod(ishape[:-1]))
+            res = tdo.scatter_nd(xd.unsqueeze(0), id_.reshape(1, n, 0), ud.reshape(n, 4, 3),
+                                 reduction, input_dimension_count=2, indices_dimension_count=2)
+            res = res.reshape(4, 3)
+        bits_equal(res.cpu(), expected, f"{reduction} {variant} {ishape}")
+
+
+@over_backends("dtype,reduction", [(d, r) for d in (torch.float16, torch.bfloat16)
+                                   for r in REDUCTIONS], only=OTHERS,
+               triton=lambda d, r: d == torch.float16)
+def test_scatter_k0_half_rounding_matches_portable(both, dev, dtype, reduction):
+    """float16/bfloat16 with k = 0: the portable path's rounding (per add up to 16384 updated
+    elements, else once per element), on every backend."""
+    g = torch.Generator().manual_seed(6)
+    for shape, n in (((4, 3), 5), ((64, 65), 4)):        # below and above the threshold
+        x = make_data(shape, dtype, g).to(dev)
+        i = torch.empty(n, 0, dtype=torch.int32, device=dev)
+        u = (make_data((n,) + shape, dtype, g) / 8).to(dev)
+        both(lambda: tdo.scatter_nd(x, i, u, reduction))
 
 
 @over_backends("dtype,reduction", [(d, r) for d in DATA_DTYPES

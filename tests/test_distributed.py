@@ -258,6 +258,19 @@ def _cases(world, rank):
         results.append(("scatter_nd sharded index out of range", False, "no IndexError"))
     except IndexError:
         results.append(("scatter_nd sharded index out of range", True, ""))
+    try:                                   # check_indices=False: skipped, as on one device
+        bidx = torch.tensor([[11, 0], [3, 1], [-12, 0], [2**40, 0], [-1, 5], [-1, 1]])
+        for reduction in ("none", "add"):
+            want = tdo.scatter_nd(base, bidx, upd[:6], reduction, check_indices=False)
+            got = tdo.scatter_nd(shard(base, 0), rep(bidx), rep(upd[:6]), reduction,
+                                 check_indices=False)
+            a, b = _chunk_bounds(11, world, rank)
+            ok = (torch.equal(want, tdo.scatter_nd(base, bidx[[1, 5]], upd[[1, 5]], reduction))
+                  and torch.equal(got.to_local(), want[a:b]))
+            results.append((f"scatter_nd sharded index unchecked {reduction}", ok,
+                            f"{got.to_local()}"))
+    except Exception:
+        results.append(("scatter_nd sharded index unchecked", False, traceback.format_exc()))
     try:                                   # gradients: input sharded, updates replicated
         xs = shard(base, 0).detach().requires_grad_()
         us = rep(upd).detach().requires_grad_()
@@ -569,7 +582,7 @@ def _worker(rank, world, path, queue):
     dist.destroy_process_group()
 
 
-CASES = {2: 660, 3: 660, 4: 126}     # per rank
+CASES = {2: 662, 3: 662, 4: 126}     # per rank
 
 
 @pytest.mark.parametrize("world", [2, 3, 4], ids=["2 ranks", "3 ranks", "2x2 mesh"])

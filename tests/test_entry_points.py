@@ -467,7 +467,12 @@ SCATTER_CASES = {
     "updates_dtype": lambda v: scatter(f32(4), ix([[1]]), torch.ones(1, dtype=torch.float64),
                                        variant=v),
     "tuple_too_long": lambda v: _sc((4, 3), torch.zeros(2, 3, dtype=I64), (2,), variant=v),
-    "tuple_empty": lambda v: _sc((4, 3), torch.zeros(2, 0, dtype=I64), (2, 4, 3), variant=v),
+    "tuple_empty_updates_shape": lambda v: _sc((4, 3), torch.zeros(2, 0, dtype=I64), (2, 3),
+                                               variant=v),
+    "tuple_empty_dml_updates_rank": lambda v: _sc((1, 4, 3), torch.zeros(1, 2, 0, dtype=I64),
+                                                  (1, 2, 4, 3), ci=2, cq=2, variant=v),
+    "tuple_empty_dml_too_many_dims": lambda v: _sc((1, 4, 3), torch.zeros(2, 2, 0, dtype=I64),
+                                                   (2, 2, 4, 3), ci=2, cq=3, variant=v),
     "input_rank_0": lambda v: scatter(torch.tensor(1.), torch.zeros(1, dtype=I64),
                                       torch.tensor(1.), variant=v),
     "reduction_sum": lambda v: _sc((4, 3), ix([[1]]), (1, 3), reduction="sum", variant=v),
@@ -530,8 +535,6 @@ SCATTER_CASES = {
     "index_into_empty_slices": lambda v: scatter(f32(4, 0), ix([[7]]), f32(1, 0), variant=v),
     "index_dml_position": lambda v: _sc((1, 4, 3), ix([[[1], [4]]]), (1, 2, 3), ci=2, cq=2,
                                         variant=v),
-    "index_unchecked_still_refused": lambda v: _sc((4, 3), ix([[1], [9]]), (2, 3), check=False,
-                                                   variant=v),
     # storage resized away
     "input_storage_freed": lambda v: scatter(freed(f32(4, 3)), ix([[1]]), f32(1, 3), variant=v),
     "indices_storage_freed": lambda v: scatter(f32(4, 3), freed(ix([[1]])), f32(1, 3), variant=v),
@@ -624,6 +627,41 @@ def test_scatter_nd_entry_points_raise_like_the_public_function(case, variant):
         assert msg.startswith("scatter_nd_:"), msg
 
 
+def test_scatter_nd_tuple_size_rule_messages():
+    """ONNX ScatterND's k: 0 to the input's rank (GatherND's starts at 1); the C++ message is
+    the Python one."""
+    msg = same_error(SCATTER_CASES["tuple_too_long"]("functional"))
+    assert "index-tuple size and must be in [0, 2]" in msg and "got 3" in msg, msg
+    msg = same_error(SCATTER_CASES["tuple_empty_updates_shape"]("functional"))
+    assert "UpdatesTensor must have sizes (2, 4, 3)" in msg, msg
+    msg = same_error(SCATTER_CASES["tuple_empty_dml_too_many_dims"]("functional"))
+    assert "UpdatesTensor needs 4 dimensions (2, 2, 4, 3), more than the DimensionCount 3" in msg
+    msg = same_error(gather(f32(4, 3), torch.zeros(2, 0, dtype=I64)))
+    assert "index-tuple size and must be in [1, 2]" in msg and "got 0" in msg, msg
+
+
+@pytest.mark.parametrize("variant", ["functional", "out", "inplace"])
+def test_scatter_nd_tuple_size_0_entry_points_match_the_public_function(variant):
+    """k = 0 through the C++ entry points: every update covers the whole input, in index
+    order, as the public function on the portable path computes it."""
+    x = f32(4, 3)
+    i = torch.zeros(3, 0, dtype=I64)
+    u = torch.arange(36.).reshape(3, 4, 3) - 17
+    for reduction in ("none", "add", "mul", "max", "min"):
+        with tdo.backend("torch"):
+            want = tdo.scatter_nd(x, i, u, reduction)
+        args = (reduction, None, None, "permissive", True, False)
+        if variant == "functional":
+            got = OPS.scatter_nd.default(x, i, u, *args)
+        elif variant == "out":
+            got = torch.full((4, 3), 7.)
+            OPS.scatter_nd_out.default(x, i, u, *args, out=got)
+        else:
+            got = x.clone()
+            OPS.scatter_nd_.default(got, i, u, *args)
+        assert torch.equal(got, want), reduction
+
+
 @pytest.mark.parametrize("case", sorted(OUT_CASES))
 def test_scatter_nd_out_entry_point_raises_like_the_public_function(case):
     same_error(OUT_CASES[case]())
@@ -633,6 +671,34 @@ def test_scatter_nd_out_entry_point_raises_like_the_public_function(case):
 def test_scatter_nd_inplace_entry_point_raises_like_the_public_function(case):
     msg = same_error(INPLACE_CASES[case]())
     assert msg.startswith("scatter_nd_:"), msg
+
+
+def test_unchecked_entry_points_skip_like_the_public_function():
+    """check_indices=False through the C++ entry points: the out-of-range tuples give zero
+    slices (gather) or are skipped (scatter), as in the public functions on the portable path,
+    for the functional, out= and in-place ops."""
+    x = f32(4, 3)
+    i = ix([[1], [9], [-5], [2], [-1]])
+    u = f32(5, 3) + 10
+    with tdo.backend("torch"):
+        want = tdo.gather_nd(x, i, check_indices=False)
+    assert torch.equal(want[1], torch.zeros(3)) and torch.equal(want[2], torch.zeros(3))
+    assert torch.equal(OPS.gather_nd.default(x, i, 0, None, None, "permissive", False), want)
+    out = torch.full((5, 3), 7.)
+    OPS.gather_nd_out.default(x, i, 0, None, None, "permissive", False, out=out)
+    assert torch.equal(out, want)
+    for reduction in ("none", "add", "mul", "max"):
+        with tdo.backend("torch"):
+            want = tdo.scatter_nd(x, i, u, reduction, check_indices=False)
+        assert torch.equal(want, tdo.scatter_nd(x, i[[0, 3, 4]], u[[0, 3, 4]], reduction))
+        args = (reduction, None, None, "permissive", False, False)
+        assert torch.equal(OPS.scatter_nd.default(x, i, u, *args), want)
+        out = torch.full((4, 3), 7.)
+        OPS.scatter_nd_out.default(x, i, u, *args, out=out)
+        assert torch.equal(out, want)
+        target = x.clone()
+        OPS.scatter_nd_.default(target, i, u, *args)
+        assert torch.equal(target, want)
 
 
 # =============================================================================================

@@ -202,6 +202,24 @@ def test_scatter_nd_narrow_float_add_mul_refused_at_export(dtype, reduction):
         _export(M(), (torch.zeros(4, 2), torch.tensor([[1], [1]]), torch.ones(2, 2)))
 
 
+def test_scatter_nd_tuple_size_0():
+    """k = 0 (ONNX ScatterND allows it: each update covers the whole input): onnxruntime
+    applies the tuples in index order, as eager does, in both forms and for every reduction."""
+    class M(torch.nn.Module):
+        def forward(self, x, i, u, i32):
+            return tuple([tdo.scatter_nd(x, i, u, reduction=r) for r in REDUCTIONS]
+                         + [tdo.scatter_nd(x.reshape(1, 3, 4), i32.reshape(1, 3, 0), u,
+                                           "add", input_dimension_count=2,
+                                           indices_dimension_count=2)])
+
+    g = torch.Generator().manual_seed(8)
+    x = _values(torch.float32, 12, g, special=False).reshape(3, 4)
+    u = _values(torch.float32, 36, g, special=False).reshape(3, 3, 4)
+    program = _check(M(), (x, torch.zeros(3, 0, dtype=torch.int64), u,
+                           torch.zeros(3, 0, dtype=torch.int32)), unsigned_zeros=(3, 4))
+    assert "ScatterND" in _ops(program)
+
+
 def test_scatter_nd_index_dtypes_dml_form_and_deterministic():
     class M(torch.nn.Module):
         def forward(self, x, i32, iu32, iu64, u):

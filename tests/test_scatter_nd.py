@@ -317,6 +317,91 @@ def test_scatter_nd_gradcheck(reduction, form):
 
 
 
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("form", ["natural", "dml", "one_tuple"])
+@pytest.mark.usefixtures("portable_path")
+def test_scatter_nd_tuple_size_0_gradients(reduction, form):
+    """k = 0 (each update covers the whole input): reverse and forward mode, and double
+    backward for none/add (the formulas gather the gradient of the whole input per tuple, and
+    the last tuple wins for "none")."""
+    g = torch.Generator().manual_seed(12)
+    n = 1 if form == "one_tuple" else 3
+    x = torch.randn(4, 3, dtype=torch.float64, generator=g)
+    u = torch.randn(n, 4, 3, dtype=torch.float64, generator=g)
+    i = torch.zeros(n, 0, dtype=torch.int64)
+    kw = {}
+    if form == "dml":
+        x, i, u = x.reshape(1, 4, 3), i.reshape(1, n, 0), u
+        kw = dict(input_dimension_count=2, indices_dimension_count=2)
+    x.requires_grad_(), u.requires_grad_()
+    fn = lambda a, b: tdo.scatter_nd(a, i, b, reduction, **kw)   # noqa: E731
+    assert torch.autograd.gradcheck(fn, (x, u), check_forward_ad=True)
+    if reduction in ("none", "add"):
+        assert torch.autograd.gradgradcheck(fn, (x, u))
+    if reduction == "none":      # the last update is the result: only it gets a gradient
+        gx, gu = torch.autograd.grad(fn(x, u).sum(), (x, u))
+        assert torch.equal(gx, torch.zeros_like(x))
+        assert torch.equal(gu[-1], torch.ones(4, 3, dtype=torch.float64))
+        assert torch.equal(gu[:-1], torch.zeros(n - 1, 4, 3, dtype=torch.float64))
+
+
+def test_scatter_nd_tuple_size_0_in_place_autograd():
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    u = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    y = x * 1
+    tdo.scatter_nd_(y, torch.zeros(2, 0, dtype=torch.int64), u, "add")
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.ones(4, 3, dtype=torch.float64))
+    assert torch.equal(u.grad, torch.ones(2, 4, 3, dtype=torch.float64))
+
+
+def test_scatter_nd_tuple_size_0_fake_compile_export():
+    """The fake kernel takes k = 0 (shapes only); torch.compile and torch.export agree with
+    eager."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        out = tdo.scatter_nd(torch.randn(4, 3), torch.zeros(5, 0, dtype=torch.int64),
+                             torch.randn(5, 4, 3), "max")
+        assert out.shape == (4, 3)
+        with pytest.raises(tdo.ConstraintError, match=r"UpdatesTensor must have sizes \(5, 4, 3\)"):
+            tdo.scatter_nd(torch.randn(4, 3), torch.zeros(5, 0, dtype=torch.int64),
+                           torch.randn(5, 3))
+
+    def fn(x, i, u):
+        return tdo.scatter_nd(x, i, u, "add") * 2
+
+    x, i, u = torch.randn(4, 3), torch.zeros(2, 0, dtype=torch.int64), torch.randn(2, 4, 3)
+    want = fn(x, i, u)
+    assert torch.equal(torch.compile(fn, backend="aot_eager", fullgraph=True)(x, i, u), want)
+    class M(torch.nn.Module):
+        def forward(self, x, i, u):
+            return fn(x, i, u)
+    assert torch.equal(torch.export.export(M(), (x, i, u)).module()(x, i, u), want)
+
+
+def test_scatter_nd_tuple_size_0_at_the_dml_levels():
+    """k = 0 at the DirectML levels: DML_SCATTER_ND's page bounds the tuple size only from
+    above ("mustn't exceed InputTensor.DimensionCount"), so the padded form takes it too."""
+    x = torch.arange(12.).reshape(1, 4, 3)
+    i = torch.zeros(1, 2, 0, dtype=torch.int32)
+    u = torch.stack([torch.full((4, 3), 5.), torch.full((4, 3), 6.)])
+    with tdo.feature_level("3_0"):
+        out = tdo.scatter_nd(x, i, u, input_dimension_count=2, indices_dimension_count=2)
+    assert torch.equal(out, torch.full((1, 4, 3), 6.))
+    with tdo.feature_level("2_1"):
+        out = tdo.scatter_nd(x.reshape(1, 1, 4, 3), i.to(torch.uint32).reshape(1, 1, 2, 0),
+                             u.reshape(1, 2, 4, 3), input_dimension_count=2,
+                             indices_dimension_count=2)
+    assert torch.equal(out, torch.full((1, 1, 4, 3), 6.))
+
+
+def test_gather_nd_still_refuses_tuple_size_0():
+    """ONNX GatherND: 1 <= k <= rank - batch_dims (ScatterND's k = 0 has no GatherND
+    counterpart)."""
+    with pytest.raises(tdo.ConstraintError, match=r"index-tuple size and must be in \[1, 2\]"):
+        tdo.gather_nd(torch.randn(4, 3), torch.zeros(2, 0, dtype=torch.int64))
+
+
 def test_scatter_nd_grad_composes_with_gather():
     x = torch.randn(5, 2, dtype=torch.float64, requires_grad=True)
     u = torch.randn(2, 2, dtype=torch.float64, requires_grad=True)

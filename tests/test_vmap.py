@@ -93,6 +93,19 @@ def test_scatter_nd_vmap(in_dims, reduction, deterministic):
         assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("in_dims", [(0, 0, 0), (None, 0, 0), (0, None, 0), (0, 0, None)])
+def test_scatter_nd_vmap_tuple_size_0(in_dims, reduction, deterministic):
+    """k = 0 per sample (each update covers the whole sample): the batch coordinate becomes
+    the whole tuple."""
+    b = 3
+    x = torch.randn(b, 4, 2) if in_dims[0] is not None else torch.randn(4, 2)
+    i = torch.zeros((b, 5, 0) if in_dims[1] is not None else (5, 0), dtype=torch.int64)
+    u = torch.randn(b, 5, 4, 2) if in_dims[2] is not None else torch.randn(5, 4, 2)
+    fn = lambda a, c, d: tdo.scatter_nd(a, c, d, reduction)   # noqa: E731
+    assert torch.equal(torch.vmap(fn, in_dims=in_dims)(x, i, u), loop(fn, (x, i, u), in_dims, b))
+
+
 def test_scatter_nd_vmap_unsigned_indices_and_grad():
     x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
     u = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)

@@ -632,8 +632,9 @@ def _check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
             f"they must have the same DataType"
         )
     check_index_dtype(op, "IndicesTensor", indices.dtype, level)
+    # ONNX ScatterND: the index tuples may be empty (k = 0, each update is the whole input).
     lay = gather_layout(op, input.shape, indices.shape, 0, input_dimension_count,
-                        indices_dimension_count, updates_name="UpdatesTensor")
+                        indices_dimension_count, updates_name="UpdatesTensor", min_tuple_size=0)
     if lay.dml_form and updates.dim() != input.dim():
         raise ConstraintError(
             f"{op}: in the DML form UpdatesTensor.DimensionCount must equal "

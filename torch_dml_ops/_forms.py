@@ -116,11 +116,12 @@ class GatherLayout:
 
 def gather_layout(op: str, input_shape: Sequence[int], indices_shape: Sequence[int], batch_dims: int,
                   input_dimension_count: Optional[int], indices_dimension_count: Optional[int],
-                  updates_name: Optional[str] = None) -> GatherLayout:
+                  updates_name: Optional[str] = None, min_tuple_size: int = 1) -> GatherLayout:
     """Normalise a gather_nd / scatter_nd call and compute its (natural and returned) result shape.
 
     ``updates_name`` names the tensor whose shape the formula gives (``OutputTensor`` for gather,
-    ``UpdatesTensor`` for scatter) in error messages.
+    ``UpdatesTensor`` for scatter) in error messages.  ``min_tuple_size``: the smallest index
+    tuple (GatherND 1, ScatterND 0: a tuple of size 0 addresses the whole input).
     """
     result_name = updates_name or "OutputTensor"
     input_shape = tuple(input_shape)
@@ -157,13 +158,14 @@ def gather_layout(op: str, input_shape: Sequence[int], indices_shape: Sequence[i
             f"InputTensor rank {r})), got {batch_dims}"
         )
     k = int(nat_idx[-1])
-    # spec DML_GATHER_ND.md: the tuple size "cannot exceed InputTensor.DimensionCount"; ONNX:
-    # 1 <= indices.shape[-1] <= r - batch_dims.
-    if not 1 <= k <= r - batch_dims:
+    # spec DML_GATHER_ND.md / DML_SCATTER_ND.md: the tuple size "cannot exceed" ("mustn't
+    # exceed") InputTensor.DimensionCount; no lower bound.  ONNX GatherND: 1 <= k <= r -
+    # batch_dims; ONNX ScatterND: k <= r, and k = 0 makes every update the whole input.
+    if not min_tuple_size <= k <= r - batch_dims:
         raise ConstraintError(
             f"{op}: IndicesTensor's last dimension is the index-tuple size and must be in "
-            f"[1, {r - batch_dims}] (InputTensor rank {r} minus batch_dims {batch_dims}), got {k} "
-            f"(IndicesTensor sizes {indices_shape})"
+            f"[{min_tuple_size}, {r - batch_dims}] (InputTensor rank {r} minus batch_dims "
+            f"{batch_dims}), got {k} (IndicesTensor sizes {indices_shape})"
         )
     for d in range(batch_dims):
         if nat_idx[d] != nat_in[d]:

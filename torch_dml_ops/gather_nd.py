@@ -24,6 +24,7 @@ from ._forms import backward_layout, indexed_sizes
 from ._levels import _state
 from ._inductor_fixes import lower_storage_offset
 from ._library import document, into_dtensor_out, lib, prepare_subclass
+from ._tables import SIGNED_INDEX_DTYPES
 
 __all__ = ["gather_nd"]
 
@@ -63,12 +64,46 @@ def _gather_nd_setup_context(ctx, inputs, output):
     # Only the indexed dims' sizes: the backward takes the rest from grad (so that it shards).
     ctx.index_sizes = indexed_sizes(input.shape, indices.shape, batch_dims, idc_in)
     ctx.args = (batch_dims, idc_in, idc_idx)
+    ctx.check = inputs[6]          # False: out-of-range tuples gave zeros
+
+
+def tuples_in_range(indices: torch.Tensor, index_sizes) -> torch.Tensor:
+    """Bool, ``indices.shape[:-1]``: whether every coordinate of each tuple is in range for the
+    indexed sizes (the tuples a ``check_indices=False`` call does not skip).  Torch ops only, on
+    the indices' device, no host sync."""
+    signed = indices.dtype in SIGNED_INDEX_DTYPES
+    i = indices.view(torch.int64) if indices.dtype == torch.uint64 else indices.to(torch.int64)
+    size = torch.tensor(list(index_sizes), dtype=torch.int64, device=indices.device)
+    lo = -size if signed else torch.zeros_like(size)
+    return ((i >= lo) & (i < size)).all(-1)
+
+
+def _skip_bad_tuples(ctx, grad, indices):
+    """``check_indices=False``: the backward of the tuples the forward gathered, only (the
+    others gave zeros, which depend on nothing): their grad rows zeroed, their coordinates
+    replaced by in-range ones, so the backward op (which checks) accepts them.  ``None`` when no
+    tuple can be in range (an empty indexed dimension)."""
+    if 0 in ctx.index_sizes:
+        return None
+    _, lay = backward_layout(grad.shape, indices.shape, ctx.index_sizes, *ctx.args)
+    ok = tuples_in_range(indices, ctx.index_sizes)
+    rows = ok.reshape(tuple(lay.natural_indices_shape[:-1]) + (1,) * len(lay.slice_shape))
+    grad = torch.where(rows, grad.reshape(lay.natural_out_shape), 0).reshape(grad.shape)
+    i = indices.view(torch.int64) if indices.dtype == torch.uint64 else indices.to(torch.int64)
+    return grad, torch.where(ok.unsqueeze(-1), i, 0)
 
 
 def _gather_nd_backward(ctx, grad):
     (indices,) = ctx.saved_tensors
     grad_input = None
     if ctx.needs_input_grad[0]:
+        if not ctx.check:
+            kept = _skip_bad_tuples(ctx, grad, indices)
+            if kept is None:
+                input_shape, _ = backward_layout(grad.shape, indices.shape, ctx.index_sizes,
+                                                 *ctx.args)
+                return grad.new_zeros(input_shape), None, None, None, None, None, None
+            grad, indices = kept
         grad_input = GATHER_ND_BACKWARD.call(grad, indices, ctx.index_sizes, *ctx.args)
     return grad_input, None, None, None, None, None, None
 
@@ -189,12 +224,13 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
         batch_dims: leading dimensions shared by ``input`` and ``indices`` (DML_GATHER_ND1's
             BatchDimensionCount; from DML_FEATURE_LEVEL_3_0).
         input_dimension_count, indices_dimension_count: select the DML form.
-        check_indices: verify that every index is in range and raise ``IndexError`` otherwise
-            (naming the value and its position).  On the Triton path the check costs one host
-            sync per call; ``False`` skips it, and an out-of-range tuple then yields zeros.  The
-            portable path always checks: its check is one flat min/max pass that it needs
-            anyway to know whether negative indices must wrap.  Either way no kernel ever reads
-            or writes out of bounds.
+        check_indices: ``True``: an out-of-range index raises ``IndexError`` (naming the value
+            and its position).  ``False``: it is not an error; the tuple's slice of the result
+            is zeros, on every backend (its gradient is zero).  What ``False`` saves is the
+            Triton path's host sync; the CPU backends check every coordinate either way (fused
+            into the copy, or one min/max pass they need to wrap negative indices), so only a
+            call that has a bad tuple costs them a second pass.  No backend ever reads or writes
+            out of bounds, whatever the flag.
         out: optional preallocated result (exact shape, dtype, device; must not overlap the
             inputs).  Not differentiable, like torch's ``out=`` functions.
 
@@ -204,7 +240,8 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
     Raises:
         ConstraintError (a ValueError): a shape, rank or feature-level rule is violated.
         ConstraintTypeError (a ConstraintError and a TypeError): an unsupported dtype.
-        IndexError: an index is out of range (names its value and position).
+        IndexError: an index is out of range (names its value and position) and
+            ``check_indices`` is True.
 
     Gradient: w.r.t. ``input``; duplicate tuples accumulate.  Deterministic on CPU.
 
@@ -250,11 +287,13 @@ document("gather_nd", """\
 DML_OPERATOR_GATHER_ND / GATHER_ND1 (ONNX GatherND): the slices of ``input`` addressed by
 the index tuples in ``indices``, after ``batch_dims`` shared leading dimensions.  The registered
 op behind :func:`torch_dml_ops.gather_nd`, which documents every argument; ``feature_level`` is a
-canonical level name ("permissive", "2_1", "3_0", "3_1") and ``check_indices`` range-checks
-the indices.  Differentiable w.r.t. ``input`` (both modes, any order).""")
+canonical level name ("permissive", "2_1", "3_0", "3_1"); ``check_indices=False`` gives zero
+slices for out-of-range tuples instead of an IndexError, on every backend.  Differentiable
+w.r.t. ``input`` (both modes, any order).""")
 document("gather_nd_out", """\
 :func:`torch_dml_ops.gather_nd` into a preallocated ``out`` (exact shape and dtype, no
-overlap with the inputs, written only after every index is checked).  Not differentiable.""")
+overlap with the inputs, written only after every index is checked; ``check_indices=False``:
+zero slices for out-of-range tuples).  Not differentiable.""")
 document("gather_nd_backward", """\
 The gradient of gather_nd w.r.t. its input: ``grad`` scatter-added at the gathered
 positions into zeros of the input's shape (duplicates accumulate).  ``index_sizes`` are the

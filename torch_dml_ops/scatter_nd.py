@@ -30,7 +30,7 @@ from ._forms import GatherLayout, gather_layout
 from ._inductor_fixes import lower_storage_offset
 from ._levels import _state
 from ._library import document, into_dtensor_out, lib, prepare_subclass
-from .gather_nd import GATHER_ND
+from .gather_nd import GATHER_ND, tuples_in_range
 
 __all__ = ["scatter_nd", "scatter_nd_"]
 
@@ -85,13 +85,16 @@ def _winners(indices: torch.Tensor, lay: GatherLayout) -> torch.Tensor:
     nat = indices.reshape(lay.natural_indices_shape)
     pos = (indices.new_ones(lay.n_tuples, dtype=torch.int64).cumsum(0) - 1).reshape(
         nat.shape[:-1])
+    if lay.k == 0:      # every tuple addresses the whole input: the last one wins
+        return pos == lay.n_tuples - 1
     last = indices.new_full(lay.index_sizes, -1, dtype=torch.int64)
     last = SCATTER_ND.call(last, nat, pos, "max", None, None, "permissive", False, False)
     return GATHER_ND.call(last, nat, 0, None, None, "permissive", False) == pos
 
 
 def _layout(ctx, indices):
-    return gather_layout("scatter_nd", ctx.input_shape, indices.shape, 0, *ctx.counts)
+    return gather_layout("scatter_nd", ctx.input_shape, indices.shape, 0, *ctx.counts,
+                         updates_name="UpdatesTensor", min_tuple_size=0)
 
 
 _COMBINING = ("mul", "max", "min")
@@ -107,6 +110,7 @@ def _scatter_nd_setup_context(ctx, inputs, output, previous=None):
     ctx.save_for_backward(*saved)
     ctx.save_for_forward(*saved)
     ctx.reduction = reduction
+    ctx.check = inputs[7]          # False: out-of-range tuples were skipped
     ctx.deterministic = inputs[8]
     ctx.input_shape = tuple(input.shape)
     ctx.updates_shape = tuple(updates.shape)
@@ -114,7 +118,13 @@ def _scatter_nd_setup_context(ctx, inputs, output, previous=None):
 
 
 def _gather_at(ctx, t, indices):
-    """``t`` (input-shaped) at every tuple's slice: updates-shaped."""
+    """``t`` (input-shaped) at every tuple's slice: updates-shaped.  Index tuples of size 0
+    (which gather_nd refuses, as ONNX GatherND does) each take the whole of ``t``."""
+    if indices.shape[-1] == 0:
+        lay = _layout(ctx, indices)
+        whole = t.reshape(lay.natural_input_shape)
+        return whole.expand(tuple(lay.natural_indices_shape[:-1]) + tuple(whole.shape)).reshape(
+            ctx.updates_shape)
     return GATHER_ND.call(t, indices, 0, *ctx.counts, "permissive", False)
 
 
@@ -122,6 +132,18 @@ def _add_at(ctx, base, indices, values):
     """``base`` plus ``values`` (updates-shaped) summed into the tuples' slices."""
     return SCATTER_ND.call(base, indices, values, "add", *ctx.counts, "permissive", False,
                            False)
+
+
+def _only_applied(ctx, indices, grad_updates):
+    """``check_indices=False``: zero gradient for the updates of the tuples the forward skipped
+    (out of range), whatever the factors say there (max/min divide by a tie count of 0)."""
+    if ctx.check:
+        return grad_updates
+    lay = _layout(ctx, indices)
+    ok = tuples_in_range(indices, lay.index_sizes).reshape(
+        tuple(lay.natural_indices_shape[:-1]) + (1,) * len(lay.slice_shape))
+    return torch.where(ok, grad_updates.reshape(lay.natural_out_shape), 0).reshape(
+        ctx.updates_shape)
 
 
 def _combining_factors(ctx):
@@ -168,7 +190,8 @@ def _scatter_nd_backward(ctx, grad):
         if need_input or need_updates:
             fx, fu = _combining_factors(ctx)
             grad_input = grad * fx if need_input else None
-            grad_updates = _gather_at(ctx, grad, indices) * fu if need_updates else None
+            if need_updates:
+                grad_updates = _only_applied(ctx, indices, _gather_at(ctx, grad, indices) * fu)
         return grad_input, None, grad_updates, None, None, None, None, None, None
     if need_input:
         if red == "add":
@@ -363,13 +386,18 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
     Args:
         input: data (dtypes as for :func:`gather_nd`); any strides.
         indices: ``[..., k]`` int64, int32, uint64 or uint32; negative values of a signed type
-            count from the end.
+            count from the end.  ``0 <= k <= input.dim()`` (ONNX ScatterND): with ``k == 0``
+            every update has the input's whole shape and covers all of it (in index order,
+            as duplicates are applied).
         updates: the input's dtype, shape as above.
         reduction: ``"none"`` (default), ``"add"``, ``"mul"``, ``"max"``, ``"min"``.  On bool
             data add/max are logical or, mul/min logical and.  DirectML levels allow "none" only.
-        check_indices: range-check every index (``IndexError`` naming value and position).  The
-            portable path always checks; on the Triton path ``False`` removes a host sync and
-            out-of-range tuples are skipped.  No kernel ever writes out of bounds.
+        check_indices: ``True``: an out-of-range index raises ``IndexError`` (naming value and
+            position) before anything is written.  ``False``: a tuple with an out-of-range
+            coordinate is skipped, on every backend: the result is that of the same call
+            without it (its update gets a zero gradient).  ``False`` saves the Triton path's
+            host sync; the CPU backends check every index either way.  No backend ever reads
+            or writes out of bounds, whatever the flag.
         out: optional preallocated result (input's shape, dtype, device; no overlap).
 
     Duplicate tuples with ``reduction="none"`` (invalid in DirectML): each slot holds one of
@@ -484,8 +512,9 @@ document("scatter_nd", """\
 DML_OPERATOR_SCATTER_ND (ONNX ScatterND-18): a copy of ``input`` with ``updates`` written
 (``reduction`` "none") or combined ("add", "mul", "max", "min") at the index tuples.  The
 registered op behind :func:`torch_dml_ops.scatter_nd`, which documents every argument;
-``deterministic=True`` makes the last duplicate tuple in index order win for "none" (set for
-calls recorded by autograd, and implied by torch's deterministic mode).""")
+``check_indices=False`` skips out-of-range tuples instead of raising IndexError, on every
+backend; ``deterministic=True`` makes the last duplicate tuple in index order win for "none"
+(set for calls recorded by autograd, and implied by torch's deterministic mode).""")
 document("scatter_nd_out", """\
 scatter_nd into a preallocated ``out`` (the input's shape and dtype, no overlap with the
 inputs, written only after every index is checked).  Not differentiable.""")

@@ -72,7 +72,11 @@ def gather_nd_triton(out: torch.Tensor, input: torch.Tensor, indices: torch.Tens
     strides = list(src.stride())
     stride_b = merged_stride(shape[:b], strides[:b])
     stride_s = merged_stride(shape[b + k:], strides[b + k:])
-    if stride_b is None or stride_s is None:   # batch or slice dims not walkable as one: copy
+    if src.numel() == 0:
+        # Nothing is read (every tuple is out of range, or the slices are empty), so any stride
+        # does; an empty tensor keeps its strides through contiguous(), which may chain nowhere.
+        stride_b, stride_s = 1, 1
+    elif stride_b is None or stride_s is None:   # batch or slice dims not walkable as one: copy
         src = input.contiguous()
         strides = list(src.stride())
         stride_b = merged_stride(shape[:b], strides[:b])

@@ -172,7 +172,7 @@ def _compute(op, dst, source, indices, updates, lay, reduction, check, determini
     from ..portable.scatter_nd import scatter_nd_torch
     if not scatter_nd_triton_supports(dst.dtype, reduction, deterministic):
         scatter_nd_torch(dst, indices, updates, lay, reduction, source, fresh, op=op,
-                         deterministic=deterministic)
+                         deterministic=deterministic, check=check)
         return
     nat_indices = indices.reshape(lay.natural_indices_shape)
     if check:

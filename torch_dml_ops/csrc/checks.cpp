@@ -487,7 +487,7 @@ std::string GatherLayout::dim_name(int64_t j, int64_t input_rank) const {
 GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape& indices_shape,
                            int64_t batch_dims, std::optional<int64_t> input_dimension_count,
                            std::optional<int64_t> indices_dimension_count,
-                           const char* result_name) {
+                           const char* result_name, int64_t min_tuple_size) {
   GatherLayout lay;
   lay.dml_form = dml_form(op, input_dimension_count, indices_dimension_count);
   if (lay.dml_form) {
@@ -517,10 +517,13 @@ GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape
     value_error(op, ": batch_dims (BatchDimensionCount) must be in [0, min(IndicesTensor rank ",
                 q, ", InputTensor rank ", r, ")), got ", batch_dims);
   int64_t k = nx.back();
-  if (!(1 <= k && k <= r - batch_dims))
-    value_error(op, ": IndicesTensor's last dimension is the index-tuple size and must be in [1, ",
-                r - batch_dims, "] (InputTensor rank ", r, " minus batch_dims ", batch_dims,
-                "), got ", k, " (IndicesTensor sizes ", py_tuple(indices_shape), ")");
+  // spec DML_GATHER_ND.md / DML_SCATTER_ND.md: the tuple size cannot exceed the DimensionCount;
+  // ONNX GatherND: k >= 1; ONNX ScatterND: k >= 0 (k = 0: every update is the whole input).
+  if (!(min_tuple_size <= k && k <= r - batch_dims))
+    value_error(op, ": IndicesTensor's last dimension is the index-tuple size and must be in [",
+                min_tuple_size, ", ", r - batch_dims, "] (InputTensor rank ", r,
+                " minus batch_dims ", batch_dims, "), got ", k, " (IndicesTensor sizes ",
+                py_tuple(indices_shape), ")");
   for (int64_t d = 0; d < batch_dims; d++)
     if (nx[d] != ni[d])
       value_error(op, ": batch dimension ", d, " differs: IndicesTensor has ", nx[d],

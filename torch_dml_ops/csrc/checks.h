@@ -87,10 +87,12 @@ struct GatherLayout {
   std::string dim_name(int64_t j, int64_t input_rank) const;
 };
 
+// min_tuple_size: the smallest index tuple (gather_nd 1; scatter_nd 0, a tuple of size 0
+// addressing the whole input, as in ONNX ScatterND).
 GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape& indices_shape,
                            int64_t batch_dims, std::optional<int64_t> input_dimension_count,
                            std::optional<int64_t> indices_dimension_count,
-                           const char* result_name = "OutputTensor");
+                           const char* result_name = "OutputTensor", int64_t min_tuple_size = 1);
 
 // gather_nd_backward's call (torch_dml_ops/_forms.py backward_layout): the forward input's
 // shape, grad's batch and trailing dims around the k `index_sizes`, and its layout; grad's

@@ -22,7 +22,8 @@
 // only after wrap_check has put it inside its dimension (always, whatever check_indices says), so
 // every read lies inside the checked extent of its tensor, and every write inside a fresh output
 // or the checked out=.  A caller's out= is written only after a check-only pass over all the
-// indices, so a failing call modifies nothing.
+// indices, so a failing call modifies nothing.  check_indices=False turns an out-of-range tuple
+// into a zero slice instead of an IndexError, as on every backend.
 #include "checks.h"
 
 #include <array>
@@ -468,6 +469,37 @@ int64_t run_gather(const Gather& g, int64_t n) {
   return first_bad.load();
 }
 
+// check_indices=False, once a pass has found an out-of-range tuple (the fast passes stop at it):
+// every tuple again, a bad one giving a zero slice (as on every backend), the others copied.
+template <int Kind>
+void gather_skipping(const Gather& g, int64_t begin, int64_t end) {
+  const int64_t rb = g.row_bytes;
+  for (int64_t t = begin; t < end; t++) {
+    int64_t bad_col = 0;
+    const int64_t off = tuple_offset<Kind>(g.idx, t, g.k, g.sizes, g.strides.data(),
+                                           (t / g.per_batch) * g.batch_stride, bad_col);
+    char* dst = g.out + t * rb;
+    if (off < 0) {
+      std::memset(dst, 0, static_cast<size_t>(rb));
+    } else if (g.dense) {
+      std::memcpy(dst, g.src + off, static_cast<size_t>(rb));
+    } else {
+      for (int64_t e = 0; e < g.slice_len; e++)
+        std::memcpy(dst + e * g.es, g.src + off + e * g.slice_stride, static_cast<size_t>(g.es));
+    }
+  }
+}
+
+void run_gather_skipping(const Gather& g, int64_t n) {
+  const int64_t grain = std::max<int64_t>(1, kGrain / (1 + g.row_bytes / 64));
+  const int parts = n < 2 * grain ? 1 : parts_for(n, grain);
+  parallel_parts(n, parts, [&](int64_t begin, int64_t end, int) {
+    with_index_kind(g.kind, [&](auto kind) {
+      gather_skipping<decltype(kind)::value>(g, begin, end);
+    });
+  });
+}
+
 // What an IndexError message needs of the call.
 struct Call {
   const Tensor& input;
@@ -485,9 +517,11 @@ struct Call {
 
 // gather_nd of checked, resolved tensors into dst (contiguous, p.out_shape, of input's dtype).
 // When dst is the caller's out= (`target`), every index is checked before the first write, and
-// the write is recorded on target's version counter in between.
+// the write is recorded on target's version counter in between.  check: an out-of-range tuple
+// is an IndexError; else it gives a zero slice (a pass that finds one is followed by
+// gather_skipping: no cost without one).
 void gather_into(char* dst, const Tensor& input, const Tensor& indices, const Plan& p,
-                 const Tensor* target, const Call& call) {
+                 const Tensor* target, const Call& call, bool check) {
   auto mark = [&] {
     if (target && !try_mark_written(*target)) refuse_write(*target, false);
   };
@@ -514,17 +548,28 @@ void gather_into(char* dst, const Tensor& input, const Tensor& indices, const Pl
   }
   g.row_bytes = p.slice_len * static_cast<int64_t>(input.element_size());
   g.src = static_cast<const char*>(src.data_ptr());
+  bool skipping = false;
   if (target || !moves) {
-    if (int64_t bad = run_gather(g, p.n_tuples); bad != kNoError)
-      raise_bad_index(call, idx, g.kind, bad);
+    if (int64_t bad = run_gather(g, p.n_tuples); bad != kNoError) {
+      if (check) raise_bad_index(call, idx, g.kind, bad);
+      skipping = true;
+    }
   }
   mark();
-  if (!moves) return;
   g.out = dst;
+  if (!moves) {
+    // an empty input with slices: every tuple is out of range, every slice zero
+    if (skipping && g.row_bytes > 0)
+      std::memset(dst, 0, static_cast<size_t>(p.n_tuples * g.row_bytes));
+    return;
+  }
+  if (skipping) return run_gather_skipping(g, p.n_tuples);
   g.copy = true;
   g.stream = g.dense && p.n_tuples * g.row_bytes >= kStreamMinBytes;
-  if (int64_t bad = run_gather(g, p.n_tuples); bad != kNoError)
-    raise_bad_index(call, idx, g.kind, bad);
+  if (int64_t bad = run_gather(g, p.n_tuples); bad != kNoError) {
+    if (check) raise_bad_index(call, idx, g.kind, bad);
+    run_gather_skipping(g, p.n_tuples);
+  }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -741,12 +786,13 @@ int64_t check_tuples(const Backward& w) {
 // Entry points
 // ------------------------------------------------------------------------------------------
 
-// check_indices: the CPU kernel always checks (the check is fused into the copy, as on the
-// portable path), so no value of it can make a kernel read out of bounds.
+// check_indices: the CPU kernel always checks every coordinate before using it (the check is
+// fused into the copy), so no value of it can make a kernel read out of bounds; it only says
+// whether an out-of-range tuple is an IndexError (true) or a zero slice (false).
 Tensor gather_nd(Tensor input, Tensor indices, int64_t batch_dims,
                  std::optional<int64_t> input_dimension_count,
                  std::optional<int64_t> indices_dimension_count, StrArg feature_level,
-                 [[maybe_unused]] bool check_indices) {
+                 bool check_indices) {
   Plan p;
   check_gather(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
                feature_level.value, p);
@@ -754,14 +800,14 @@ Tensor gather_nd(Tensor input, Tensor indices, int64_t batch_dims,
   const Tensor x = resolved(input), i = resolved(indices);
   Tensor out = empty_like_dtype(x, p.out_shape);
   gather_into(static_cast<char*>(out.data_ptr()), x, i, p, nullptr,
-              {input, batch_dims, input_dimension_count, indices_dimension_count});
+              {input, batch_dims, input_dimension_count, indices_dimension_count}, check_indices);
   return out;
 }
 
 void gather_nd_out(Tensor input, Tensor indices, int64_t batch_dims,
                    std::optional<int64_t> input_dimension_count,
                    std::optional<int64_t> indices_dimension_count, StrArg feature_level,
-                   [[maybe_unused]] bool check_indices, Tensor out) {
+                   bool check_indices, Tensor out) {
   Plan p;
   check_gather(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
                feature_level.value, p);
@@ -780,12 +826,12 @@ void gather_nd_out(Tensor input, Tensor indices, int64_t batch_dims,
   const Tensor x = resolved(input), i = resolved(indices);
   const Call call{input, batch_dims, input_dimension_count, indices_dimension_count};
   if (!neg && out.is_contiguous()) {
-    gather_into(static_cast<char*>(out.data_ptr()), x, i, p, &out, call);
+    gather_into(static_cast<char*>(out.data_ptr()), x, i, p, &out, call, check_indices);
   } else {
     // A fresh result, then copy_, which writes through a negative view's negation and through
     // any strides (and records the write itself).
     Tensor fresh = empty_like_dtype(x, p.out_shape);
-    gather_into(static_cast<char*>(fresh.data_ptr()), x, i, p, nullptr, call);
+    gather_into(static_cast<char*>(fresh.data_ptr()), x, i, p, nullptr, call, check_indices);
     torch::stable::copy_(out, fresh);
   }
 }

@@ -29,6 +29,8 @@
 // [n_tuples, slice]); a row number is formed only from coordinates wrap_check has put inside their
 // dimension, so every write lies in the destination's [rows, slice].  The rows pass checks every
 // tuple before the first write to anything the caller owns, so a failing call modifies nothing.
+// check_indices=False skips an out-of-range tuple (row -1) instead of raising, as on every
+// backend.
 #include "checks.h"
 
 #include <array>
@@ -159,8 +161,8 @@ void plan_from_layout(const GatherLayout& lay, Plan& p) {
 bool fast_plan(IntRef is, IntRef xs, IntRef us, Plan& p) {
   const int64_t r = static_cast<int64_t>(is.size()), q = static_cast<int64_t>(xs.size());
   if (r < 1 || q < 1) return false;
-  const int64_t k = xs[q - 1];
-  if (k < 1 || k > r || static_cast<int64_t>(us.size()) != q - 1 + r - k) return false;
+  const int64_t k = xs[q - 1];  // 0: every tuple addresses the whole input (one row)
+  if (k < 0 || k > r || static_cast<int64_t>(us.size()) != q - 1 + r - k) return false;
   for (int64_t d = 0; d < q - 1; d++)
     if (us[d] != xs[d]) return false;
   for (int64_t d = k; d < r; d++)
@@ -216,9 +218,10 @@ Reduction check_scatter(const char* op, const Tensor& input, const Tensor& indic
   if (level == Level::Permissive && !dml &&
       fast_plan(input.sizes(), indices.sizes(), updates.sizes(), p))
     return static_cast<Reduction>(red);
+  // ONNX ScatterND: the index tuples may be empty (k = 0, each update is the whole input).
   const GatherLayout lay = gather_layout(op, shape_of(input), shape_of(indices), 0,
                                          input_dimension_count, indices_dimension_count,
-                                         "UpdatesTensor");
+                                         "UpdatesTensor", 0);
   if (lay.dml_form && updates.dim() != input.dim())
     value_error(op, ": in the DML form UpdatesTensor.DimensionCount must equal "
                 "InputTensor.DimensionCount (",
@@ -308,6 +311,31 @@ void rows_range(const RowsPass& c, int64_t begin, int64_t end, std::atomic<int64
   }
 }
 
+// check_indices=False, once the rows pass has found an out-of-range tuple (it stops at it): every
+// row number again, -1 for a tuple with a bad coordinate (the apply pass skips it).
+template <int Kind>
+void rows_skipping(const RowsPass& c, int64_t begin, int64_t end) {
+  constexpr bool kSigned = Kind == kI32 || Kind == kI64;
+  for (int64_t t = begin; t < end; t++) {
+    int64_t row = 0;
+    for (int64_t j = 0; j < c.k; j++) {
+      const int64_t v = wrap_check(load_index(c.idx, Kind, t * c.k + j), c.sizes[j], kSigned);
+      if (v < 0) {
+        row = -1;
+        break;
+      }
+      row += v * c.strides[j];
+    }
+    c.rows[t] = row;
+  }
+}
+
+void run_rows_skipping(const RowsPass& c, int64_t n) {
+  parallel_parts(n, parts_for(n, kGrain / 2), [&](int64_t b, int64_t e, int) {
+    with_index_kind(c.kind, [&](auto kind) { rows_skipping<decltype(kind)::value>(c, b, e); });
+  });
+}
+
 // The smallest flat position of a bad coordinate among tuples [0, n), or kNoError.
 int64_t run_rows(const RowsPass& c, int64_t n) {
   std::atomic<int64_t> first_bad{kNoError};
@@ -323,15 +351,16 @@ int64_t run_rows(const RowsPass& c, int64_t n) {
 // Apply pass
 // ------------------------------------------------------------------------------------------
 
-// dst[rows[t]] (op)= upd[t] for t in index order; every rows[t] is in [0, n_rows).  init: when
-// set, dst's rows are first a copy of it (the functional scatter and out=; each part copies the
-// rows it owns).
+// dst[rows[t]] (op)= upd[t] for t in index order; every rows[t] is in [0, n_rows), or -1 for a
+// tuple that check_indices=False skips.  init: when set, dst's rows are first a copy of it (the
+// functional scatter and out=; each part copies the rows it owns).
 struct Apply {
   char* dst = nullptr;
   const char* init = nullptr;
   const char* upd = nullptr;
   const int64_t* rows = nullptr;
   int64_t n = 0, n_rows = 0, row_bytes = 0, slice_len = 0;
+  int64_t applied = 0;  // the tuples not skipped (the portable path's count for its thresholds)
 };
 
 // Rows [lo, hi) of one part: its init copy, then every tuple landing there, in index order.
@@ -480,12 +509,17 @@ void apply_in_float(const Apply& a) {
   for (int64_t t = 0; t < n; t++) order[t] = {a.rows[t], t};
   std::sort(order.begin(), order.end());
   if (a.init) copy_bytes(a.dst, a.init, a.n_rows * a.row_bytes);
+  // the tuples check_indices=False skips (row -1) sort first: leave them out
+  order.erase(order.begin(), std::lower_bound(order.begin(), order.end(),
+                                              std::pair<int64_t, int64_t>(0, 0)));
+  const int64_t m = static_cast<int64_t>(order.size());
   uint16_t* dst = reinterpret_cast<uint16_t*>(a.dst);
   const uint16_t* upd = reinterpret_cast<const uint16_t*>(a.upd);
   // A part takes the groups that start in its range.
-  parallel_parts(n, parts, [&, len](int64_t b, int64_t e, int part) {
-    while (b > 0 && b < n && order[b].first == order[b - 1].first) b++;
-    while (e > 0 && e < n && order[e].first == order[e - 1].first) e++;
+  parallel_parts(m, std::min<int>(parts, static_cast<int>(std::max<int64_t>(m, 1))),
+                 [&, len](int64_t b, int64_t e, int part) {
+    while (b > 0 && b < m && order[b].first == order[b - 1].first) b++;
+    while (e > 0 && e < m && order[e].first == order[e - 1].first) e++;
     float* acc = scratch.data() + part * len;
     for (int64_t p = b; p < e;) {
       const int64_t row = order[p].first;
@@ -508,7 +542,7 @@ template <class C>
 void apply_half(const Apply& a, Reduction red) {
   switch (red) {
     case kAdd:
-      if (a.n * a.slice_len > kSmallScatter) return apply_in_float<C, false>(a);
+      if (a.applied * a.slice_len > kSmallScatter) return apply_in_float<C, false>(a);
       return reduce_rows<uint16_t>(
           a, [](uint16_t x, uint16_t y) { return C::from(C::to(x) + C::to(y)); });
     case kMul: return apply_in_float<C, true>(a);
@@ -551,7 +585,7 @@ struct Call {
 [[noreturn]] void raise_bad_index(const Call& call, const Tensor& idx, int kind, int64_t flat) {
   const GatherLayout lay = gather_layout(call.op, shape_of(call.input), shape_of(call.indices), 0,
                                          call.input_dimension_count,
-                                         call.indices_dimension_count, "UpdatesTensor");
+                                         call.indices_dimension_count, "UpdatesTensor", 0);
   raise_index_error(call.op, idx.data_ptr(), kind, flat, shape_of(call.indices), lay,
                     call.input.dim());
 }
@@ -561,7 +595,8 @@ struct Call {
 // tuple is checked before the first write to dst.  target_name: dst is the caller's tensor
 // (out= or the in-place target), marked written (mark_written) once every tuple is checked.
 void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const Tensor* source,
-             const Tensor& indices, const Tensor& updates, const char* target_name = nullptr) {
+             const Tensor& indices, const Tensor& updates, bool check,
+             const char* target_name = nullptr) {
   const int64_t n = p.n_tuples;
   if (n == 0) {
     if (target_name) mark_written(call.op, target_name, dst);
@@ -605,8 +640,15 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
       if (n >= (int64_t(1) << 18)) hugepage_hint(rp.rows, n * int64_t(8));
     }
   }
-  if (const int64_t bad = run_rows(rp, n); bad != kNoError)
-    raise_bad_index(call, idx, rp.kind, bad);
+  int64_t applied = n;
+  if (const int64_t bad = run_rows(rp, n); bad != kNoError) {
+    if (check) raise_bad_index(call, idx, rp.kind, bad);
+    if (moves) {  // check_indices=False: the bad tuples are skipped
+      run_rows_skipping(rp, n);
+      applied = 0;
+      for (int64_t t = 0; t < n; t++) applied += rp.rows[t] >= 0;
+    }
+  }
   if (target_name) mark_written(call.op, target_name, dst);
   if (!moves) return;
   Apply a;
@@ -621,6 +663,7 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
   a.upd = static_cast<const char*>(upd.data_ptr());
   a.rows = rp.rows;
   a.n = n;
+  a.applied = applied;
   a.n_rows = p.rows;
   a.slice_len = p.slice_len;
   a.row_bytes = p.slice_len * p.es;
@@ -631,12 +674,14 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
 // Entry points
 // ------------------------------------------------------------------------------------------
 
-// check_indices and deterministic: the CPU kernel always checks every index (no value of the
-// flag can make it write out of bounds) and always keeps the last duplicate in index order.
+// check_indices: the CPU kernel always checks every index before the first write (no value of
+// the flag can make it write out of bounds); the flag says whether an out-of-range tuple is an
+// IndexError (true) or skipped (false).  deterministic: the last duplicate in index order always
+// wins.
 Tensor scatter_nd(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
                   std::optional<int64_t> input_dimension_count,
                   std::optional<int64_t> indices_dimension_count, StrArg feature_level,
-                  [[maybe_unused]] bool check_indices, [[maybe_unused]] bool deterministic) {
+                  bool check_indices, [[maybe_unused]] bool deterministic) {
   Plan p;
   const Reduction red = check_scatter(kOp, input, indices, updates, reduction.value,
                                       input_dimension_count, indices_dimension_count,
@@ -647,14 +692,14 @@ Tensor scatter_nd(Tensor input, Tensor indices, Tensor updates, StrArg reduction
   const Tensor x = resolved(input);
   Tensor out = empty_contiguous(x);
   scatter({kOp, input, indices, input_dimension_count, indices_dimension_count}, p, red, out, &x,
-          resolved(indices), resolved(updates));
+          resolved(indices), resolved(updates), check_indices);
   return out;
 }
 
 void scatter_nd_out(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
                     std::optional<int64_t> input_dimension_count,
                     std::optional<int64_t> indices_dimension_count, StrArg feature_level,
-                    [[maybe_unused]] bool check_indices, [[maybe_unused]] bool deterministic,
+                    bool check_indices, [[maybe_unused]] bool deterministic,
                     Tensor out) {
   Plan p;
   const Reduction red = check_scatter(kOp, input, indices, updates, reduction.value,
@@ -671,13 +716,13 @@ void scatter_nd_out(Tensor input, Tensor indices, Tensor updates, StrArg reducti
   const Call call{kOp, input, indices, input_dimension_count, indices_dimension_count};
   const bool neg = is_neg(out);
   if (!neg && out.is_contiguous()) {
-    scatter(call, p, red, out, &x, i, u, kOutName);
+    scatter(call, p, red, out, &x, i, u, check_indices, kOutName);
     return;
   }
   // A fresh result, then copy_ (which writes through a negative view's negation, and through
   // any strides).
   Tensor fresh = empty_contiguous(x);
-  scatter(call, p, red, fresh, &x, i, u);
+  scatter(call, p, red, fresh, &x, i, u, check_indices);
   if (!neg) mark_written(kOp, kOutName, out);
   torch::stable::copy_(out, fresh);
 }
@@ -685,7 +730,7 @@ void scatter_nd_out(Tensor input, Tensor indices, Tensor updates, StrArg reducti
 void scatter_nd_(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
                  std::optional<int64_t> input_dimension_count,
                  std::optional<int64_t> indices_dimension_count, StrArg feature_level,
-                 [[maybe_unused]] bool check_indices, [[maybe_unused]] bool deterministic) {
+                 bool check_indices, [[maybe_unused]] bool deterministic) {
   Plan p;
   const Reduction red = check_scatter(kInplaceOp, input, indices, updates, reduction.value,
                                       input_dimension_count, indices_dimension_count,
@@ -703,17 +748,17 @@ void scatter_nd_(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
     // negation by copy_.
     const Tensor base = resolved(input);
     Tensor fresh = empty_contiguous(base);
-    scatter(call, p, red, fresh, &base, i, u);
+    scatter(call, p, red, fresh, &base, i, u, check_indices);
     torch::stable::copy_(input, fresh);
     return;
   }
   if (input.is_contiguous()) {
-    scatter(call, p, red, input, nullptr, i, u, kTargetName);
+    scatter(call, p, red, input, nullptr, i, u, check_indices, kTargetName);
     return;
   }
   // A contiguous work copy, written back through the target's strides.
   Tensor work = torch::stable::contiguous(input);
-  scatter(call, p, red, work, nullptr, i, u);
+  scatter(call, p, red, work, nullptr, i, u, check_indices);
   mark_written(kInplaceOp, kTargetName, input);
   torch::stable::copy_(input, work);
 }

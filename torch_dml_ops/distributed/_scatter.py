@@ -18,7 +18,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from .._checks import check_scatter_nd
 from .._levels import _state
 from .._tables import SIGNED_INDEX_DTYPES
-from ..portable._common import check_and_wrap_plan, index_matrix
+from ..portable._common import check_and_wrap_plan, in_range, index_matrix
 from ._placements import local_bounds, meta_like, plain
 
 
@@ -83,12 +83,15 @@ def _local_call(input: DTensor, indices, updates, reduction, check_indices, op):
             upd = upd.narrow(d, start, length)
     idx = indices.to_local() if isinstance(indices, DTensor) else indices
     idx2 = index_matrix(idx, lay.n_tuples, k, small=False)
-    # The single-device range check and message (negative indices wrap; the local call checks
-    # its re-offset tuples again).
-    check_and_wrap_plan(op, idx, idx2, lay.index_sizes, idx.dtype in SIGNED_INDEX_DTYPES,
-                        lay.dim_names(input.ndim))
+    signed = idx.dtype in SIGNED_INDEX_DTYPES
     flat = idx2.to(torch.int64)
-    mine = torch.ones(flat.shape[0], dtype=torch.bool, device=flat.device)
+    if check_indices:
+        # The single-device range check and message (negative indices wrap; the local call
+        # checks its re-offset tuples again).
+        check_and_wrap_plan(op, idx, idx2, lay.index_sizes, signed, lay.dim_names(input.ndim))
+        mine = torch.ones(flat.shape[0], dtype=torch.bool, device=flat.device)
+    else:   # out-of-range tuples are skipped, as on one device
+        mine = in_range(idx2, lay.index_sizes, signed)
     local = flat.clone()
     for j in range(k):
         a, b = bounds[j]

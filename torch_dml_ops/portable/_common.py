@@ -3,9 +3,10 @@ same-width integers, index tuples as a matrix, the index-range check, tuple line
 
 Every portable kernel receives tensors that passed the metadata checks of ``_checks`` and the
 layout of ``_forms``, and does the data-dependent index-range check itself: one min/max pass and a
-host sync, or the bounds check of the torch kernel it calls.  The portable path always checks
-(``check_indices=False`` only matters on the Triton path): the same pass tells it whether negative
-indices must wrap.
+host sync, or the bounds check of the torch kernel it calls.  The portable path always runs that
+check (the same pass tells it whether negative indices must wrap); with ``check_indices=False`` a
+bad tuple it finds is not an error: the call is redone without it (:func:`in_range`), zeros for
+its slice (gather) or no write (scatter), as on every backend.
 """
 from __future__ import annotations
 
@@ -54,6 +55,15 @@ def first_bad_position(idx2: torch.Tensor, sizes: Sequence[int], signed: bool) -
     lo = -size_t if signed else torch.zeros_like(size_t)
     bad = (idx2 < lo) | (idx2 >= size_t)
     return int(bad.reshape(-1).nonzero()[0, 0])
+
+
+def in_range(idx2: torch.Tensor, sizes: Sequence[int], signed: bool) -> torch.Tensor:
+    """Bool ``[n_tuples]``: whether every coordinate of each tuple of the index matrix is in
+    range (``check_indices=False`` skips the others).  A uint64 of 2**63 or more reads negative
+    in ``idx2``: out of range."""
+    size_t = torch.tensor(list(sizes), dtype=torch.int64, device=idx2.device)
+    lo = -size_t if signed else torch.zeros_like(size_t)
+    return ((idx2 >= lo) & (idx2 < size_t)).all(dim=1)
 
 
 def check_and_wrap_plan(op: str, indices: torch.Tensor, idx2: torch.Tensor, sizes: Sequence[int],

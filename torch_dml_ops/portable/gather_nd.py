@@ -8,8 +8,9 @@ import torch
 
 from .._checks import check_gather_nd, check_out, check_storages, resolved, written
 from .._forms import GatherLayout, backward_layout
-from .._tables import SIGNED_INDEX_DTYPES
-from ._common import as_movable, check_and_wrap_plan, index_matrix, linear_rows, report_bad_index
+from .._tables import SIGNED_INDEX_DTYPES, bits_view
+from ._common import (as_movable, check_and_wrap_plan, in_range, index_matrix, linear_rows,
+                      report_bad_index)
 
 #: Up to this many tuples (without batch dims), moving up to SMALL_ELEMENTS elements, one
 #: advanced-indexing call does everything: it wraps negative indices and range-checks each
@@ -23,8 +24,39 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
                     out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """gather_nd with torch ops: linearize the index tuples, then one ``index_select`` of rows.
 
-    Writes into ``out`` when given (any strides), else returns a new tensor.
+    Writes into ``out`` when given (any strides), else returns a new tensor.  ``check=False``:
+    an out-of-range tuple gives a zero slice instead of the ``IndexError`` (the checked gather
+    finds it before writing into ``out``, and the call is redone: no cost without one).
     """
+    if check:
+        return _gather_checked(input, indices, lay, out)
+    try:
+        return _gather_checked(input, indices, lay, out)
+    except IndexError:
+        return _gather_skipping(input, indices, lay, out)
+
+
+def _gather_skipping(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayout,
+                     out: Optional[torch.Tensor]) -> torch.Tensor:
+    """``check_indices=False`` with out-of-range tuples: the gather of the in-range ones, zeros
+    for the others' slices."""
+    n = lay.n_tuples
+    idx2 = index_matrix(indices, n, lay.k, small=False)
+    ok = in_range(idx2, lay.index_sizes, indices.dtype in SIGNED_INDEX_DTYPES)
+    if lay.slice_len == 0 or 0 in lay.index_sizes:      # nothing to read
+        res = torch.zeros(lay.out_shape, dtype=input.dtype, device=input.device)
+    else:
+        # in range everywhere (a bad tuple reads row 0), as int64: a valid uint64 is < 2**63
+        safe = torch.where(ok.unsqueeze(1), idx2, 0).to(torch.int64).reshape(indices.shape)
+        res = _gather_checked(input, safe, lay, None)
+        bits_view(res).view(n, lay.slice_len).masked_fill_(~ok.unsqueeze(1), 0)
+    return res if out is None else out.copy_(res)
+
+
+def _gather_checked(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayout,
+                    out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """:func:`gather_nd_torch` with every index checked (``IndexError``), before anything is
+    written into ``out``."""
     op = "gather_nd"
     b, k = lay.batch_dims, lay.k
     sizes = lay.index_sizes

@@ -7,10 +7,10 @@ from typing import Optional
 import torch
 
 from .._checks import check_out, check_scatter_nd, check_storages, resolved, written
-from .._forms import GatherLayout
-from .._tables import SIGNED_INDEX_DTYPES
-from ._common import (MOVE_AS, SIGN_BIT_64, as_movable, check_and_wrap_plan, flip_sign_bit, index_matrix,
-                      linear_rows, report_bad_index)
+from .._forms import GatherLayout, gather_layout
+from .._tables import SIGNED_INDEX_DTYPES, bits_view
+from ._common import (MOVE_AS, SIGN_BIT_64, as_movable, check_and_wrap_plan, flip_sign_bit, in_range,
+                      index_matrix, linear_rows, report_bad_index)
 
 _REDUCE_OP = {"mul": "prod", "max": "amax", "min": "amin"}
 # max/min compare values, so an unsigned type cannot be moved as its signed twin: widen instead.
@@ -85,7 +85,7 @@ def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
                      lay: GatherLayout, reduction: str,
                      source: Optional[torch.Tensor] = None, fresh: bool = False,
                      op: str = "scatter_nd",
-                     deterministic: Optional[bool] = None) -> torch.Tensor:
+                     deterministic: Optional[bool] = None, check: bool = True) -> torch.Tensor:
     """Scatter ``updates`` into ``dst`` in place; ``source`` (the input) is first copied into
     ``dst`` when given, else ``dst`` already holds it (the in-place variant).
 
@@ -94,8 +94,43 @@ def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
     ``dst`` (a new tensor nobody else sees) may be written before the check completes.
     ``op`` names the caller in errors (``scatter_nd_`` for the in-place variant);
     ``deterministic`` (None: torch's deterministic mode) makes "none" keep exactly the last
-    duplicate in index order.
+    duplicate in index order.  ``check=False``: out-of-range tuples are skipped instead of
+    raising (the check runs before any write, and only a call that has such a tuple is redone
+    without it).
     """
+    if check:
+        return _scatter_checked(dst, indices, updates, lay, reduction, source, fresh, op,
+                                deterministic)
+    try:    # not fresh: every index is checked before the first write, so a retry starts clean
+        return _scatter_checked(dst, indices, updates, lay, reduction, source, False, op,
+                                deterministic)
+    except IndexError:
+        return _scatter_skipping(dst, indices, updates, lay, reduction, source, op,
+                                 deterministic)
+
+
+def _scatter_skipping(dst, indices, updates, lay, reduction, source, op, deterministic):
+    """``check_indices=False`` with out-of-range tuples: the scatter of the in-range ones, in
+    their index order, into a natural-form work copy, which then overwrites ``dst``."""
+    n, k = lay.n_tuples, lay.k
+    idx2 = index_matrix(indices, n, k, small=False)
+    keep = in_range(idx2, lay.index_sizes, indices.dtype in SIGNED_INDEX_DTYPES)
+    keep = keep.nonzero().squeeze(1)
+    kept = gather_layout(op, lay.natural_input_shape, (keep.numel(), k), 0, None, None,
+                         updates_name="UpdatesTensor")
+    work = (dst if source is None else source).reshape(lay.natural_input_shape).clone(
+        memory_format=torch.contiguous_format)
+    # int64 coordinates (a valid uint64 is < 2**63); the updates' rows moved as raw bits
+    kept_upd = bits_view(updates.reshape(n, lay.slice_len)).index_select(0, keep)
+    _scatter_checked(work, idx2.index_select(0, keep).to(torch.int64),
+                     kept_upd.view(updates.dtype).reshape(kept.natural_out_shape), kept,
+                     reduction, None, True, op, deterministic)
+    return dst.copy_(work.reshape(dst.shape))
+
+
+def _scatter_checked(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
+                     lay: GatherLayout, reduction: str, source: Optional[torch.Tensor],
+                     fresh: bool, op: str, deterministic: Optional[bool]) -> torch.Tensor:
     k, sizes, n_tuples = lay.k, lay.index_sizes, lay.n_tuples
     if n_tuples == 0:
         return dst if source is None else dst.copy_(source)
@@ -182,21 +217,45 @@ def _check_storages(op, input, indices, updates, out=None):
                    ("UpdatesTensor", updates), ("OutputTensor (out)", out))
 
 
+def whole_input_tuples(op, dst, source, indices, updates, lay):
+    """ONNX ScatterND's index tuples of size 0 (each update covers the whole input) as the
+    k = 1 scatter into the input seen with one more leading dimension of size 1, every
+    coordinate 0: the same single row, slices and order, so each backend's k = 1 path applies
+    unchanged (its duplicate claims, reductions, rounding thresholds).  Returns ``(dst,
+    source, indices, updates, lay)`` of that call; ``dst`` and ``source`` are views (the DML
+    padding, all 1s, dropped by indexing)."""
+    nat = tuple(lay.natural_input_shape)
+    n = lay.n_tuples
+
+    def lift(t):
+        return None if t is None else t[(0,) * (t.dim() - len(nat))].unsqueeze(0)
+    lay1 = gather_layout(op, (1,) + nat, (n, 1), 0, None, None, updates_name="UpdatesTensor")
+    zeros = torch.zeros((n, 1), dtype=torch.int64, device=indices.device)
+    return lift(dst), lift(source), zeros, updates.reshape((n,) + nat), lay1
+
+
 def make_kernels(compute) -> dict:
     """``scatter_nd``, ``scatter_nd_out`` and ``scatter_nd_`` kernels around
     ``compute(op, dst, source, indices, updates, lay, reduction, check, deterministic, fresh)``,
     which checks every index, copies ``source`` into ``dst`` (unless None: ``dst`` already holds
     the input), then scatters, in that order, so a failing call writes nothing the caller owns
-    (a ``fresh`` ``dst`` is a new tensor nobody else sees).
+    (a ``fresh`` ``dst`` is a new tensor nobody else sees).  ``compute`` sees index tuples of
+    size 1 or more: a call with tuples of size 0 reaches it as :func:`whole_input_tuples`.
 
     The kernels check what every backend needs (the metadata rules, storage bounds, the out= or
     in-place target), resolve negative-bit views (a negative-bit target is written through its
     negation by ``copy_`` from a fresh result), and bump the version counter of what they write.
     ``deterministic``: the op's argument or torch's deterministic mode."""
 
+    def run(op, dst, source, indices, updates, lay, reduction, check, det, fresh):
+        if lay.k == 0:
+            dst, source, indices, updates, lay = whole_input_tuples(op, dst, source, indices,
+                                                                    updates, lay)
+        compute(op, dst, source, indices, updates, lay, reduction, check, det, fresh)
+
     def fresh_result(input, indices, updates, lay, reduction, check, det):
         out = input.clone(memory_format=torch.contiguous_format)
-        compute("scatter_nd", out, None, indices, updates, lay, reduction, check, det, True)
+        run("scatter_nd", out, None, indices, updates, lay, reduction, check, det, True)
         return out
 
     def write(op, target, source, indices, updates, lay, reduction, check, det):
@@ -205,7 +264,7 @@ def make_kernels(compute) -> dict:
             base = resolved(source if source is not None else target)
             target.copy_(fresh_result(base, indices, updates, lay, reduction, check, det))
             return
-        compute(op, target, None if source is None else resolved(source), indices, updates,
+        run(op, target, None if source is None else resolved(source), indices, updates,
                 lay, reduction, check, det, False)
         written(target)
 
@@ -251,7 +310,7 @@ def make_kernels(compute) -> dict:
 
 def _compute(op, dst, source, indices, updates, lay, reduction, check, deterministic, fresh):
     scatter_nd_torch(dst, indices, updates, lay, reduction, source, fresh, op=op,
-                     deterministic=deterministic)
+                     deterministic=deterministic, check=check)
 
 
 KERNELS = make_kernels(_compute)
