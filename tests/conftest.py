@@ -67,9 +67,9 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=f"Triton kernels unavailable here ({_backend.triton_import_error() or 'no GPU and TRITON_INTERPRET unset'})")
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
-        if "triton" in item.keywords and not TRITON_OK:
+        if item.get_closest_marker("triton") and not TRITON_OK:
             item.add_marker(skip)
-        if "gpu" in item.keywords and not _HAS_CUDA:
+        if item.get_closest_marker("gpu") and not _HAS_CUDA:
             item.add_marker(skip_gpu)
 
 

@@ -1,8 +1,12 @@
-"""Helpers shared by the launchers: interpreter detection, bit-exact dtype views, block sizes."""
+"""Helpers shared by the launchers: interpreter detection, bit-exact dtype views, block sizes,
+the device guard of every launch, the kernels' sentinels."""
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Optional
+
+import torch
 
 import triton
 import triton.language as tl
@@ -12,9 +16,37 @@ import triton.language as tl
 from .._tables import NO_ERROR as NO_VIOLATION  # noqa: F401
 from .._tables import bits_view  # noqa: F401
 
+#: ``NO_VIOLATION`` inside the kernels (a jitted function reads only ``tl.constexpr`` globals).
+NO_VIOLATION_K: tl.constexpr = tl.constexpr(NO_VIOLATION)
+#: The int64 limits inside the kernels (top-k's worst keys).
+INT64_MAX: tl.constexpr = tl.constexpr(2**63 - 1)
+INT64_MIN: tl.constexpr = tl.constexpr(-2**63)
+
 #: Whether triton runs its kernels in its CPU interpreter: read once, at import (triton itself
 #: reads ``TRITON_INTERPRET`` when it is imported, so a later change would not take effect).
 INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def launch_guard(t: torch.Tensor):
+    """The context every kernel launch runs in: the CUDA device of ``t`` made current, so the
+    kernel runs on that device and on its current stream (triton launches on the current
+    device's current stream; a custom op's Python kernel gets no device guard from the
+    dispatcher, so a tensor on ``cuda:1`` would otherwise launch on whatever device is current).
+    A no-op for the interpreter's CPU tensors."""
+    if t.device.type == "cuda":
+        return torch.cuda.device(t.device.index)
+    return contextlib.nullcontext()
+
+
+def refuse_capture(op: str, t: torch.Tensor) -> None:
+    """A checked call reads its violation flag on the host, which a CUDA graph cannot capture:
+    refuse it during capture with a clear message (instead of the capture failing later)."""
+    if t.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"{op}: check_indices=True reads a violation flag on the host (one sync per call), "
+            f"which cannot run while a CUDA graph is being captured; pass check_indices=False "
+            f"inside CUDA graphs (out-of-range index tuples then read zeros / write nothing) "
+            f"and check the indices outside the graph if needed")
 
 
 def next_pow2(n: int) -> int:
@@ -53,27 +85,28 @@ def tuple_blocks(n_tuples: int, slice_len: int, max_block: Optional[int]):
 
 
 @triton.jit
-def tuple_offsets(idx_ptr, meta_ptr, offs_t, mask_t, K: tl.constexpr, SIGNED: tl.constexpr):
+def tuple_offsets(idx_ptr, sizes, strides, offs_t, mask_t, K: tl.constexpr, SIGNED: tl.constexpr):
     """Offsets of a block of index tuples: ``(off, ok, first_bad)``, each [BLOCK_T].
 
-    ``idx_ptr`` holds K coordinates per tuple; ``meta_ptr`` the K dimension sizes, then their K
-    strides (int64).  ``off`` is sum(coordinate * stride) with negative coordinates of a SIGNED
+    ``idx_ptr`` holds K coordinates per tuple; ``sizes`` and ``strides`` are tuples of K scalar
+    kernel arguments (the K dimension sizes and their strides): passed by value at launch, so a
+    launch needs no host-to-device copy of them.  ``off`` is sum(coordinate * stride) with negative coordinates of a SIGNED
     type wrapped and out-of-range ones counted as 0 (so it never points outside the tensor),
     ``ok`` says every coordinate is in range, ``first_bad`` is the smallest flat position
     (tuple * K + j) of an out-of-range coordinate (int64 max if none).
     """
     off = tl.zeros_like(offs_t)
     ok = mask_t
-    first_bad = tl.full(offs_t.shape, 9223372036854775807, tl.int64)
+    first_bad = tl.full(offs_t.shape, NO_VIOLATION_K, tl.int64)
     for j in tl.static_range(K):
-        size = tl.load(meta_ptr + j)
-        stride = tl.load(meta_ptr + K + j)
+        size = sizes[j]
+        stride = strides[j]
         # int64 before any multiply: tensors may exceed 2**31 elements
         c = tl.load(idx_ptr + offs_t * K + j, mask=mask_t, other=0).to(tl.int64)
         if SIGNED:
             c = tl.where(c < 0, c + size, c)     # spec: negative indices count from the end
         bad = ((c < 0) | (c >= size)) & mask_t
         ok = ok & (bad == 0)
-        first_bad = tl.minimum(first_bad, tl.where(bad, offs_t * K + j, 9223372036854775807))
+        first_bad = tl.minimum(first_bad, tl.where(bad, offs_t * K + j, NO_VIOLATION_K))
         off += tl.where(bad, 0, c) * stride
     return off, ok, first_bad

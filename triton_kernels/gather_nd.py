@@ -8,33 +8,35 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import NO_VIOLATION, bits_view, merged_stride, tuple_blocks, tuple_offsets
+from ._common import (NO_VIOLATION, NO_VIOLATION_K, bits_view, launch_guard, merged_stride,
+                      refuse_capture, tuple_blocks, tuple_offsets)
 
 
 @triton.jit
 def _gather_nd_kernel(
-    out_ptr, in_ptr, idx_ptr, meta_ptr, flag_ptr,
+    out_ptr, in_ptr, idx_ptr, sizes, strides, flag_ptr,
     n_tuples, per_batch, slice_len, stride_in_batch, stride_in_slice,
     K: tl.constexpr, SIGNED: tl.constexpr, CHECK: tl.constexpr, MOVE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     """One program: tuples [pid_t*BLOCK_T, +BLOCK_T) x slice elements [pid_s*BLOCK_S, +BLOCK_S).
 
-    Grid: (cdiv(n_tuples, BLOCK_T), cdiv(slice_len, BLOCK_S)).  ``meta_ptr`` holds the K indexed
-    dimension sizes, then their K element strides (int64).  A tuple with a coordinate out of range
+    Grid: (cdiv(n_tuples, BLOCK_T), cdiv(slice_len, BLOCK_S)).  ``sizes``/``strides``: the K
+    indexed dimension sizes and their element strides, as tuples of scalar arguments.  A tuple with a coordinate out of range
     reads nothing and writes zeros; with CHECK the smallest flat position of such a coordinate is
-    recorded in ``flag_ptr`` (atomic min), which the launcher's caller turns into an IndexError.
+    recorded in ``flag_ptr`` (a relaxed atomic min: the host reads it after the kernel), which the launcher's caller turns into an IndexError.
     MOVE=False only checks (a pre-pass that keeps a caller's ``out=`` untouched on failure).
     """
     pid_t = tl.program_id(0)
     pid_s = tl.program_id(1)
     offs_t = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)          # [BLOCK_T]
     mask_t = offs_t < n_tuples
-    off, ok, first_bad = tuple_offsets(idx_ptr, meta_ptr, offs_t, mask_t, K, SIGNED)
+    off, ok, first_bad = tuple_offsets(idx_ptr, sizes, strides, offs_t, mask_t, K, SIGNED)
     src = (offs_t // per_batch) * stride_in_batch + off                     # [BLOCK_T] int64
     if CHECK:
         b_first = tl.min(first_bad, axis=0)
-        tl.atomic_min(flag_ptr, b_first, mask=(pid_s == 0) & (b_first < 9223372036854775807))
+        tl.atomic_min(flag_ptr, b_first, mask=(pid_s == 0) & (b_first < NO_VIOLATION_K),
+                      sem="relaxed")
     if MOVE:
         offs_s = pid_s.to(tl.int64) * BLOCK_S + tl.arange(0, BLOCK_S)        # [BLOCK_S]
         mask_s = offs_s < slice_len
@@ -81,17 +83,18 @@ def gather_nd_triton(out: torch.Tensor, input: torch.Tensor, indices: torch.Tens
         strides = list(src.stride())
         stride_b = merged_stride(shape[:b], strides[:b])
         stride_s = merged_stride(shape[b + k:], strides[b + k:])
-    meta = torch.tensor(index_sizes + strides[b: b + k], dtype=torch.int64, device=device)
     idx = indices.contiguous()
     dst = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
     block_t, block_s = tuple_blocks(n_tuples, slice_len, max_block)
     grid = (triton.cdiv(n_tuples, block_t), max(1, triton.cdiv(slice_len, block_s)) if move else 1)
-    _gather_nd_kernel[grid](
-        bits_view(dst), bits_view(src), idx, meta, flag if check else meta,
-        n_tuples, n_tuples // batch, slice_len, stride_b, stride_s,
-        K=k, SIGNED=idx.dtype in (torch.int64, torch.int32), CHECK=check, MOVE=move,
-        BLOCK_T=block_t, BLOCK_S=block_s,
-    )
+    with launch_guard(input):
+        _gather_nd_kernel[grid](
+            bits_view(dst), bits_view(src), idx, tuple(index_sizes), tuple(strides[b: b + k]),
+            flag if check else idx,
+            n_tuples, n_tuples // batch, slice_len, stride_b, stride_s,
+            K=k, SIGNED=idx.dtype in (torch.int64, torch.int32), CHECK=check, MOVE=move,
+            BLOCK_T=block_t, BLOCK_S=block_s,
+        )
     if move and dst is not out:
         out.copy_(dst)
     return flag
@@ -123,6 +126,8 @@ def _compute(input: torch.Tensor, indices: torch.Tensor, lay, check: bool,
                                   lay.dim_names(input.dim()),
                                   indices.dtype in SIGNED_INDEX_DTYPES, lay.k)
 
+    if check:
+        refuse_capture("gather_nd", input)
     if check and user_out:
         run(True, False)
         run(False, True)

@@ -14,7 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import NO_VIOLATION, bits_view, tuple_blocks, tuple_offsets
+from ._common import (NO_VIOLATION, NO_VIOLATION_K, bits_view, launch_guard, refuse_capture,
+                      tuple_blocks, tuple_offsets)
 
 # MODE values (constexpr)
 CHECK, CLAIM, STORE_WINNERS, STORE, ADD, MAX, MIN = range(7)
@@ -22,7 +23,7 @@ CHECK, CLAIM, STORE_WINNERS, STORE, ADD, MAX, MIN = range(7)
 
 @triton.jit
 def _scatter_nd_kernel(
-    out_ptr, upd_ptr, idx_ptr, meta_ptr, aux_ptr,
+    out_ptr, upd_ptr, idx_ptr, sizes, strides, aux_ptr,
     n_tuples, slice_len,
     K: tl.constexpr, SIGNED: tl.constexpr, MODE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
@@ -30,22 +31,25 @@ def _scatter_nd_kernel(
     """One program: tuples [pid_t*BLOCK_T, +BLOCK_T) x slice elements [pid_s*BLOCK_S, +BLOCK_S).
 
     Grid: (cdiv(n_tuples, BLOCK_T), cdiv(slice_len, BLOCK_S)).  ``out`` is ``[rows, slice_len]``
-    and ``upd`` ``[n_tuples, slice_len]``, both contiguous; ``meta_ptr`` holds the K indexed sizes,
-    then their row strides.  ``aux_ptr``: the violation flag (CHECK) or the per-row claim buffer
-    (CLAIM, STORE_WINNERS).  Out-of-range tuples never touch memory.
+    and ``upd`` ``[n_tuples, slice_len]``, both contiguous; ``sizes``/``strides``: the K indexed
+    sizes and their row strides, as tuples of scalar arguments.  ``aux_ptr``: the violation flag
+    (CHECK) or the per-row claim buffer (CLAIM, STORE_WINNERS).  Out-of-range tuples never touch
+    memory.  Every atomic is relaxed: each needs atomicity only, never ordering with other
+    memory (the claims are read by the next launch, the flag by the host after the kernel).
     """
     pid_t = tl.program_id(0)
     pid_s = tl.program_id(1)
     offs_t = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)          # [BLOCK_T]
     mask_t = offs_t < n_tuples
-    row, ok, first_bad = tuple_offsets(idx_ptr, meta_ptr, offs_t, mask_t, K, SIGNED)
+    row, ok, first_bad = tuple_offsets(idx_ptr, sizes, strides, offs_t, mask_t, K, SIGNED)
     if MODE == 0:
         b_first = tl.min(first_bad, axis=0)
-        tl.atomic_min(aux_ptr, b_first, mask=(pid_s == 0) & (b_first < 9223372036854775807))
+        tl.atomic_min(aux_ptr, b_first, mask=(pid_s == 0) & (b_first < NO_VIOLATION_K),
+                      sem="relaxed")
     elif MODE == 1:
         # claim the row for the highest ordinal: the last tuple in index order wins
         # (this mode runs with one program along the slice axis)
-        tl.atomic_max(aux_ptr + row, offs_t.to(aux_ptr.dtype.element_ty), mask=ok)
+        tl.atomic_max(aux_ptr + row, offs_t.to(aux_ptr.dtype.element_ty), mask=ok, sem="relaxed")
     else:
         offs_s = pid_s.to(tl.int64) * BLOCK_S + tl.arange(0, BLOCK_S)        # [BLOCK_S]
         mask_s = offs_s < slice_len
@@ -56,11 +60,11 @@ def _scatter_nd_kernel(
         b_upd = tl.load(upd_ptr + offs_t[:, None] * slice_len + offs_s[None, :], mask=m)
         dst = out_ptr + row[:, None] * slice_len + offs_s[None, :]
         if MODE == 4:
-            tl.atomic_add(dst, b_upd, mask=m)
+            tl.atomic_add(dst, b_upd, mask=m, sem="relaxed")
         elif MODE == 5:
-            tl.atomic_max(dst, b_upd, mask=m)
+            tl.atomic_max(dst, b_upd, mask=m, sem="relaxed")
         elif MODE == 6:
-            tl.atomic_min(dst, b_upd, mask=m)
+            tl.atomic_min(dst, b_upd, mask=m, sem="relaxed")
         else:
             tl.store(dst, b_upd, mask=m)
 
@@ -90,21 +94,22 @@ def scatter_nd_triton_supports(dtype: torch.dtype, reduction: str, deterministic
     return False
 
 
-def _meta(index_sizes, device):
+def _meta(index_sizes):
+    """(sizes, row strides) of the indexed dimensions: scalar kernel arguments, no device copy."""
     from .._forms import row_major_strides
-    return torch.tensor(list(index_sizes) + row_major_strides(index_sizes), dtype=torch.int64,
-                        device=device)
+    return tuple(index_sizes), tuple(row_major_strides(index_sizes))
 
 
 def _launch(mode, out2d, upd2d, idx, meta, aux, n_tuples, slice_len, k, max_block):
     block_t, block_s = tuple_blocks(n_tuples, slice_len, max_block)
     grid = (triton.cdiv(n_tuples, block_t),
             max(1, triton.cdiv(slice_len, block_s)) if mode >= STORE_WINNERS else 1)
-    _scatter_nd_kernel[grid](
-        out2d, upd2d, idx, meta, aux, n_tuples, slice_len,
-        K=k, SIGNED=idx.dtype in (torch.int64, torch.int32), MODE=mode,
-        BLOCK_T=block_t, BLOCK_S=block_s,
-    )
+    with launch_guard(idx):
+        _scatter_nd_kernel[grid](
+            out2d, upd2d, idx, meta[0], meta[1], aux, n_tuples, slice_len,
+            K=k, SIGNED=idx.dtype in (torch.int64, torch.int32), MODE=mode,
+            BLOCK_T=block_t, BLOCK_S=block_s,
+        )
 
 
 def scatter_nd_check_triton(index_sizes, indices: torch.Tensor,
@@ -116,7 +121,7 @@ def scatter_nd_check_triton(index_sizes, indices: torch.Tensor,
     n_tuples = indices.numel() // k
     if n_tuples:
         idx = indices.contiguous()
-        meta = _meta(index_sizes, indices.device)
+        meta = _meta(index_sizes)
         _launch(CHECK, flag, flag, idx, meta, flag, n_tuples, 1, k, max_block)
     return flag
 
@@ -138,12 +143,12 @@ def scatter_nd_triton(out: torch.Tensor, indices: torch.Tensor, updates: torch.T
     dst = out if out.is_contiguous() else out.contiguous()
     idx = indices.contiguous()
     upd = updates.contiguous()
-    meta = _meta(index_sizes, out.device)
+    meta = _meta(index_sizes)
     out2d, upd2d = dst.view(rows, slice_len), upd.view(n_tuples, slice_len)
     if reduction == "none":
         out2d, upd2d = bits_view(out2d), bits_view(upd2d)
         if slice_len == 1 and not deterministic:
-            _launch(STORE, out2d, upd2d, idx, meta, meta, n_tuples, slice_len, k, max_block)
+            _launch(STORE, out2d, upd2d, idx, meta, idx, n_tuples, slice_len, k, max_block)
         else:
             claim = torch.full((rows,), -1, device=out.device,
                                dtype=torch.int32 if n_tuples < 2**31 else torch.int64)
@@ -155,7 +160,7 @@ def scatter_nd_triton(out: torch.Tensor, indices: torch.Tensor, updates: torch.T
             twin = _ADD_AS[out2d.dtype]
             out2d, upd2d = out2d.view(twin), upd2d.view(twin)
         mode = {"add": ADD, "max": MAX, "min": MIN}[reduction]
-        _launch(mode, out2d, upd2d, idx, meta, meta, n_tuples, slice_len, k, max_block)
+        _launch(mode, out2d, upd2d, idx, meta, idx, n_tuples, slice_len, k, max_block)
     if dst is not out:
         out.copy_(dst)
 
@@ -176,6 +181,7 @@ def _compute(op, dst, source, indices, updates, lay, reduction, check, determini
         return
     nat_indices = indices.reshape(lay.natural_indices_shape)
     if check:
+        refuse_capture(op, indices)
         pos = int(scatter_nd_check_triton(lay.index_sizes, nat_indices).item())  # one host sync
         if pos != NO_ERROR:
             raise_index_error(op, indices, pos, indices.shape, lay.index_sizes,

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import bits_view, next_pow2
+from ._common import INT64_MAX, INT64_MIN, bits_view, launch_guard, next_pow2
 
 # value-to-key parameters per dtype: (INF bits, abs mask) for floats; (0, zero-extension mask)
 # for unsigned integers narrower than 32 bits; FLIP for uint32.
@@ -56,9 +56,9 @@ def _top_k1_kernel(
     offs = blk * BLOCK + tl.arange(0, BLOCK)                                  # [BLOCK]
     mask = offs < n
     if DESC:
-        worst = -9223372036854775807 - 1
+        worst = INT64_MIN
     else:
-        worst = 9223372036854775807
+        worst = INT64_MAX
     if FROM_KEYS:
         keys = tl.load(keys_in_ptr + row * n + offs, mask=mask, other=worst)
     else:
@@ -108,8 +108,10 @@ def top_k1_triton_supports(dtype: torch.dtype, k: int, n: Optional[int] = None) 
 def _launch(x2, keys, keys_out, v2, i2, rows, n, k, n_out_per_row, block, from_keys, final,
             consts):
     n_blocks = triton.cdiv(n, block)
-    _top_k1_kernel[(rows * n_blocks,)](x2, keys, keys_out, v2, i2, n, k, n_out_per_row,
-                                       FROM_KEYS=from_keys, FINAL=final, BLOCK=block, **consts)
+    with launch_guard(x2):
+        _top_k1_kernel[(rows * n_blocks,)](x2, keys, keys_out, v2, i2, n, k, n_out_per_row,
+                                           FROM_KEYS=from_keys, FINAL=final, BLOCK=block,
+                                           **consts)
 
 
 def top_k1_triton(input: torch.Tensor, k: int, axis: int, largest: bool,

@@ -50,6 +50,15 @@ def index_matrix(indices: torch.Tensor, n_tuples: int, k: int, small: bool) -> t
     return idx.to(torch.int64)
 
 
+def torch_checks_bounds(t: torch.Tensor) -> bool:
+    """Whether torch's indexing kernels on ``t``'s device report an out-of-range index as an
+    ``IndexError`` the portable path can catch: on CPU only.  On CUDA (and other accelerators)
+    they fail a device-side assert, which poisons the context, so there every index is
+    range-checked first (one reduction and one host read) and the shortcuts that leave the
+    check to torch's kernel are not taken."""
+    return t.device.type == "cpu"
+
+
 def first_bad_position(idx2: torch.Tensor, sizes: Sequence[int], signed: bool) -> int:
     size_t = torch.tensor(list(sizes), dtype=idx2.dtype, device=idx2.device)
     lo = -size_t if signed else torch.zeros_like(size_t)
@@ -85,11 +94,11 @@ def check_and_wrap_plan(op: str, indices: torch.Tensor, idx2: torch.Tensor, size
     k = len(sizes)
     rest = sizes[first:]
     if not rest or min(rest) == max(rest):
-        mn, mx = (v.item() for v in torch.aminmax(idx2))
+        mn, mx = torch.stack(torch.aminmax(idx2)).tolist()      # one host read
         if mn >= 0 and (not rest or mx < rest[0]):
             if first == 0 or mx < sizes[0] or _linear_fits(mx, sizes, idx2.dtype):
                 return [False] * k
-    mns, mxs = (v.tolist() for v in torch.aminmax(idx2, dim=0))
+    mns, mxs = torch.stack(torch.aminmax(idx2, dim=0)).tolist()   # one host read
     for j in range(k):
         # unsigned: uint64 >= 2**63 reads negative here
         if mns[j] < (-sizes[j] if signed else 0) or mxs[j] >= sizes[j]:

@@ -10,7 +10,7 @@ from .._checks import check_gather_nd, check_out, check_storages, resolved, writ
 from .._forms import GatherLayout, backward_layout
 from .._tables import SIGNED_INDEX_DTYPES, bits_view
 from ._common import (as_movable, check_and_wrap_plan, in_range, index_matrix, linear_rows,
-                      report_bad_index)
+                      report_bad_index, torch_checks_bounds)
 
 #: Up to this many tuples (without batch dims), moving up to SMALL_ELEMENTS elements, one
 #: advanced-indexing call does everything: it wraps negative indices and range-checks each
@@ -72,7 +72,11 @@ def _gather_checked(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
         check_and_wrap_plan(op, indices, idx2, sizes, signed, lay.dim_names(input.dim()))
         return torch.empty(lay.out_shape, dtype=input.dtype, device=input.device) if out is None else out
 
-    if b == 0 and n_tuples <= SMALL_TUPLES and n_tuples * slice_len <= SMALL_ELEMENTS:
+    # Torch's kernels check the bounds (an IndexError) on CPU only: elsewhere every index is
+    # checked first, and the shortcuts that leave it to them are not taken.
+    torch_checks = torch_checks_bounds(input)
+    if (torch_checks and b == 0 and n_tuples <= SMALL_TUPLES
+            and n_tuples * slice_len <= SMALL_ELEMENTS):
         if indices.dtype == torch.uint64 and bool((idx2 < 0).any()):
             report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(input.dim()))   # >= 2**63
         src = as_movable(input)
@@ -96,9 +100,11 @@ def _gather_checked(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
         report_bad_index(op, indices, idx2, sizes, signed, names)
     if not input.is_contiguous():
         # Advanced indexing reads through the strides (no copy of the input) and wraps and
-        # range-checks every dimension itself.  Dropping DML padding and merging the batch dims
-        # are views in all but exotic layouts.
-        if not signed and bool((idx2 < 0).any()):    # uint64 >= 2**63
+        # range-checks every dimension itself (on CPU; elsewhere checked here first).  Dropping
+        # DML padding and merging the batch dims are views in all but exotic layouts.
+        if not torch_checks:
+            check_and_wrap_plan(op, indices, idx2, sizes, signed, names)
+        elif not signed and bool((idx2 < 0).any()):    # uint64 >= 2**63
             report_bad_index(op, indices, idx2, sizes, signed, names)
         src = as_movable(input).reshape((batch,) + tuple(sizes) + tuple(lay.slice_shape))
         bidx = torch.arange(batch, device=input.device).unsqueeze(1)
@@ -115,7 +121,7 @@ def _gather_checked(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
     # A fresh output may be written before the kernel finds a bad column-0 index (the error
     # then discards it), so the kernel may check column 0's upper bound (check_and_wrap_plan
     # says when that is sound); a caller's out= is fully checked first.
-    delegate = b == 0 and out is None
+    delegate = b == 0 and out is None and torch_checks
     wrap = check_and_wrap_plan(op, indices, idx2, sizes, signed, names, 1 if delegate else 0)
     use_take = slice_len == 1 and idx2.dtype == torch.int64
     if use_take and delegate:

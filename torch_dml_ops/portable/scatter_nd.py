@@ -10,7 +10,7 @@ from .._checks import check_out, check_scatter_nd, check_storages, resolved, wri
 from .._forms import GatherLayout, gather_layout
 from .._tables import SIGNED_INDEX_DTYPES, bits_view
 from ._common import (MOVE_AS, SIGN_BIT_64, as_movable, check_and_wrap_plan, flip_sign_bit, in_range,
-                      index_matrix, linear_rows, report_bad_index)
+                      index_matrix, linear_rows, report_bad_index, torch_checks_bounds)
 
 _REDUCE_OP = {"mul": "prod", "max": "amax", "min": "amin"}
 # max/min compare values, so an unsigned type cannot be moved as its signed twin: widen instead.
@@ -73,6 +73,29 @@ def scatter_overwrite_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Ten
     else:
         sel = keep.nonzero().squeeze(1)
         work.index_copy_(0, lin.index_select(0, sel), upd.index_select(0, sel))
+
+
+def ordered_product_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Tensor) -> None:
+    """``work[lin[t]] *= upd[t]`` for every tuple, each row's factors applied in index order
+    (the CPU's order), deterministically on any device.
+
+    Round r applies every row's r-th tuple (its occurrence number in a stable sort by row), so
+    a round's rows are distinct: a gather, a multiply and an ``index_copy_`` of unique rows, all
+    deterministic.  One host read (the tuples per round); as many rounds as the most repeated
+    row has tuples."""
+    n = lin.numel()
+    sorted_lin, perm = torch.sort(lin, stable=True)
+    pos = torch.arange(n, device=lin.device)
+    start = torch.ones(n, dtype=torch.bool, device=lin.device)
+    start[1:] = sorted_lin[1:] != sorted_lin[:-1]
+    rank = pos - torch.where(start, pos, 0).cummax(0).values     # occurrence within its row
+    by_round = perm.index_select(0, torch.sort(rank, stable=True).indices)
+    first = 0
+    for count in torch.bincount(rank).tolist():                  # the one host read
+        sel = by_round[first:first + count]
+        rows = lin.index_select(0, sel)
+        work.index_copy_(0, rows, work.index_select(0, rows) * upd.index_select(0, sel))
+        first += count
 
 
 #: Below this many updated elements one index_put_ call scatters: it wraps negative indices and
@@ -142,7 +165,8 @@ def _scatter_checked(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
     small = (n_tuples * slice_len <= SMALL_SCATTER and reduction in ("none", "add")
              and dst.dtype != torch.bool)
     if small:
-        if fresh and slice_len != 0:   # index_put_ checks each dimension (unless nothing moves)
+        # index_put_ checks each dimension (unless nothing moves), on CPU only
+        if fresh and slice_len != 0 and torch_checks_bounds(dst):
             if not signed and bool((idx2 < 0).any()):     # uint64 >= 2**63
                 report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
         else:
@@ -193,6 +217,11 @@ def _scatter_checked(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
         scatter_overwrite_rows(work2d, lin, upd, deterministic)
     elif reduction == "add":
         work2d.index_add_(0, lin, upd)
+    elif reduction == "mul" and not torch_checks_bounds(work2d) and (
+            deterministic or torch.are_deterministic_algorithms_enabled()):
+        # CUDA's scatter_reduce_ "prod" has no deterministic implementation (it refuses
+        # deterministic mode; its float products depend on the atomics' order)
+        ordered_product_rows(work2d, lin, upd)
     else:
         work2d.scatter_reduce_(0, lin.unsqueeze(1).expand(n_tuples, slice_len), upd,
                                _REDUCE_OP[reduction], include_self=True)
