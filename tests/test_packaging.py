@@ -169,3 +169,36 @@ def test_torch_ops_overloads_have_docstrings():
         for overload in packet.overloads():
             doc = getattr(packet, overload).__doc__
             assert doc and f"{name}(" in doc, (name, overload)
+
+
+@pytest.mark.skipif(not _HAS_CXX, reason="no C++ compiler: the C++ kernels are optional")
+def test_a_build_that_does_not_compile_says_why(tmp_path):
+    """The compiler's error reaches the build's warning, the record beside the package and the
+    warning at import; TORCH_DML_OPS_REQUIRE_EXTENSION=1 turns it into a failed build."""
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(ROOT / "setup.py", src)
+    shutil.copy(ROOT / "README.md", src)
+    shutil.copytree(ROOT / "torch_dml_ops", src / "torch_dml_ops",
+                    ignore=shutil.ignore_patterns("__pycache__", "_C.build-error.txt"))
+    shutil.copytree(ROOT / "triton_kernels", src / "triton_kernels",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    first = sorted((src / "torch_dml_ops" / "csrc").glob("*.cpp"))[0]
+    first.write_text("#error deliberately broken\n" + first.read_text())
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DML_OPS_REQUIRE_EXTENSION"}
+    build = [sys.executable, "setup.py", "-q", "build_ext", "--inplace"]
+    res = subprocess.run(build, cwd=src, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "error: #error deliberately broken" in res.stderr.split("WARNING: torch_dml_ops:")[1]
+    assert not list((src / "torch_dml_ops").glob("_C*.so"))
+    record = (src / "torch_dml_ops" / "_C.build-error.txt").read_text()
+    assert f"do not compile against torch {torch.__version__}" in record, record
+    script = ("import warnings\nwith warnings.catch_warnings(record=True) as w:\n"
+              "    warnings.simplefilter('always')\n    import torch_dml_ops\n"
+              "print('\\n'.join(str(x.message) for x in w))")
+    res = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, env={**env, "PYTHONPATH": str(src)})
+    assert "#error deliberately broken" in res.stdout, res.stdout + res.stderr
+    env["TORCH_DML_OPS_REQUIRE_EXTENSION"] = "1"
+    res = subprocess.run(build, cwd=src, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode != 0 and "TORCH_DML_OPS_REQUIRE_EXTENSION=1" in res.stderr, res.stderr
