@@ -296,7 +296,7 @@ def _cases(world, rank):
         except Exception:
             results.append((name, False, traceback.format_exc()))
     # out= of any placement (the result moves to out's placements); a failing call writes
-    # nothing; through torch.ops, an out= overload is keyed on out's placement in DTensor's cache
+    # nothing (through torch.ops too, below)
     for name, call, want, out_shape in [
         ("gather_nd", lambda o, i=i: tdo.gather_nd(shard(x, 1), rep(i), out=o),
          tdo.gather_nd(x, i), (3, 4)),
@@ -330,20 +330,26 @@ def _cases(world, rank):
         results.append(("gather_nd out= refuses autograd",
                         "don't support automatic differentiation" in str(e)
                         and bool((o.to_local() == 7).all()), str(e)))
-    try:    # torch.ops: the out= overload's strategies; a placement they cannot give is refused
-        o = rep(torch.zeros(3, 4))         # (after a cached call with another out placement)
-        torch.ops.torch_dml_ops.gather_nd_out(shard(x, 1), rep(i), out=o)
-        ok = torch.equal(o.to_local(), tdo.gather_nd(x, i))
+    try:    # torch.ops: the out= overloads as the public functions: any out placement, and
+        #         None returned (the schema's "-> ()"; torch 2.14's DTensor would return out)
+        ok = True
+        for o in (rep(torch.zeros(3, 4)), shard(torch.full((3, 4), 7.), 0)):
+            ret = torch.ops.torch_dml_ops.gather_nd_out(shard(x, 1), rep(i), out=o)
+            ok = ok and ret is None and torch.equal(o.full_tensor(), tdo.gather_nd(x, i))
         o = shard(torch.full((3, 4), 7.), 0)
         try:
-            torch.ops.torch_dml_ops.gather_nd_out(shard(x, 1), rep(i), out=o)
+            torch.ops.torch_dml_ops.gather_nd_out(shard(x, 1), rep(torch.tensor([[9], [0], [1]])),
+                                                  out=o)
             ok, detail = False, "no error"
-        except RuntimeError as e:
-            ok, detail = ok and "Sharding propagation failed" in str(e) and bool(
-                (o.to_local() == 7).all()), str(e)
-        results.append(("torch.ops gather_nd_out keyed on out's placement", ok, detail))
+        except IndexError as e:
+            ok, detail = ok and bool((o.to_local() == 7).all()), str(e)
+        target = shard(torch.zeros_like(x), 1)
+        ret = torch.ops.torch_dml_ops.scatter_nd_out(rep(x), rep(i), rep(u), out=target)
+        ok = ok and ret is None and target.placements == (Shard(1),) and torch.equal(
+            target.full_tensor(), tdo.scatter_nd(x, i, u))
+        results.append(("torch.ops out= overloads: any out placement, None returned", ok, detail))
     except Exception:
-        results.append(("torch.ops gather_nd_out keyed on out's placement", False,
+        results.append(("torch.ops out= overloads: any out placement, None returned", False,
                         traceback.format_exc()))
     try:    # through torch.ops (not routed): a target that would change placement is refused
         target = shard(x.clone(), 0)
