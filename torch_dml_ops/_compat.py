@@ -5,6 +5,20 @@ package uses APIs common to every supported torch.
 """
 from __future__ import annotations
 
+import torch
+
+#: torch 2.10's AOTInductor hands a ScalarType argument of a custom op to the kernel as
+#: torch.export's serialized enum value, not c10's (pytorch/pytorch#169157, fixed by #173562):
+#: top_k1's index_dtype int64 arrives as float16, int32 as int64.  Not probeable without
+#: compiling a package, hence a version: below 2.13, the first release tested without it.
+AOTI_MISREADS_DTYPE_ARGS = torch.__version__ < "2.13"
+#: Whether a DTensor leaf's gradient keeps the leaf's shards: from torch 2.13 on.  torch 2.10
+#: replicates it where it passes DTensor's scatter strategy (the backward of top_k1 through its
+#: sharding rule) or new_empty_strided (autograd's copy of a gradient whose strides differ from
+#: the leaf's: uneven shards, as under the distributed top-k).  The values are the same.  Read
+#: by the tests only.
+DTENSOR_GRAD_KEEPS_SHARDS = torch.__version__ >= "2.13"
+
 
 def all_gather_single(tensor, gather_dim: int, group):
     """``funcol.all_gather_single`` (torch 2.13 on); before, the same collective is
@@ -40,3 +54,22 @@ def fix_dtensor_ops_without_returns() -> None:
     def return_type_tensor(self) -> bool:
         return len(self.op._schema.returns) > 0 and unpatched(self)
     OpSchema.return_type_tensor = return_type_tensor
+
+
+def export_serializes_uint32() -> bool:
+    """Whether torch.export can save a program holding uint32 (torch 2.10's serializer has no
+    uint16/uint32/uint64: such a program cannot be saved nor compiled by AOTInductor)."""
+    from torch._export.serde import serialize
+    return torch.uint32 in getattr(serialize, "_TORCH_TO_SERIALIZE_DTYPE", {torch.uint32: None})
+
+
+def inplace_placement_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is DTensor's refusal of an in-place op whose target would have to change
+    placement: from torch 2.13 its own message; torch 2.10 fails the same call in sharding
+    propagation with "min() arg is an empty sequence" (every strategy filtered out by the
+    in-place rule: for ``scatter_nd_``, whose rules always offer all-Replicate, nothing else
+    empties them)."""
+    text = str(exc)
+    return ("in-place operations that require placement changes" in text
+            or ("Sharding propagation failed" in text and "scatter_nd_" in text
+                and "min() arg is an empty sequence" in text))
