@@ -148,11 +148,23 @@ def _readme_test_command() -> str:
 def test_ci_runs_the_readme_test_command_verbatim_in_a_fresh_venv():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     body = [ln.strip() for ln in ci.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    assert body[-1] == _readme_test_command()
+    cmd = _readme_test_command()
+    assert cmd in body
+    at = body.index(cmd)
+    assert not any("pytest" in ln for ln in body[:at])      # the first run is the README's
     # a virtual environment made by the script itself, activated before the command
     venv_at = next(i for i, ln in enumerate(body) if "-m venv" in ln)
     activate_at = next(i for i, ln in enumerate(body) if "/bin/activate" in ln)
-    assert venv_at < activate_at < len(body) - 1
+    assert venv_at < activate_at < at
+    # then the lowest and the newest torch that setup.py claims, the same way
+    claim = re.search(r'TORCH_REQUIREMENT = "torch>=(\d+)\.(\d+),<(\d+)\.(\d+)"',
+                      (ROOT / "setup.py").read_text(encoding="utf-8"))
+    lo, hi = claim.group(1, 2), (claim.group(3), str(int(claim.group(4)) - 1))
+    (loop,) = [ln for ln in body[at:] if ln.startswith("for version in ")]
+    versions = loop.split(" in ", 1)[1].split(";")[0].split()
+    assert versions[0] == ".".join(lo) + ".0", versions
+    assert versions[-1].startswith(".".join(hi) + "."), versions
+    assert 'pip install "torch==$version" && pip install -e ".[test]" && python -m pytest -q' in body
 
 
 def test_wheel_ships_py_typed(wheel):
