@@ -12,6 +12,14 @@ import torch
 #: top_k1's index_dtype int64 arrives as float16, int32 as int64.  Not probeable without
 #: compiling a package, hence a version: below 2.13, the first release tested without it.
 AOTI_MISREADS_DTYPE_ARGS = torch.__version__ < "2.13"
+
+
+def exporting() -> bool:
+    """Whether torch.export is tracing.  Not ``torch.compiler.is_exporting()`` below 2.13:
+    torch 2.10's dynamo makes it True under every trace, torch.compile's included (where the
+    shape checks it would enable specialize shapes); the flag behind it is set by export only."""
+    flag = getattr(torch.compiler, "_is_exporting_flag", None)
+    return torch.compiler.is_exporting() if flag is None else bool(flag)
 #: Whether a DTensor leaf's gradient keeps the leaf's shards: from torch 2.13 on.  torch 2.10
 #: replicates it where it passes DTensor's scatter strategy (the backward of top_k1 through its
 #: sharding rule) or new_empty_strided (autograd's copy of a gradient whose strides differ from

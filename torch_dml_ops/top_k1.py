@@ -175,7 +175,7 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
     d = _direction(direction)
     k, axis = as_int("top_k1", "k", k), as_int("top_k1", "axis", axis)
     level = _state.level
-    if _compat.AOTI_MISREADS_DTYPE_ARGS and level == PERMISSIVE and torch.compiler.is_exporting():
+    if _compat.AOTI_MISREADS_DTYPE_ARGS and level == PERMISSIVE and _compat.exporting():
         # No dtype argument in an exported graph on torch 2.10 (_compat): the op's int64
         # indices, then a cast, exact once the rules (checked here) hold.
         check_top_k1(input, k, axis, d, torch.int64 if index_dtype is None else index_dtype,
