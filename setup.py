@@ -16,20 +16,30 @@ environment it installs into: ``import torch`` where the build runs in that envi
 isolated build keeps the target interpreter and its install scheme, only hides its packages).
 The extension uses no Python API at all (it is loaded with ``torch.ops.load_library``), so the
 one binary serves every CPython 3.9+ (``abi3``) and every torch that keeps the stable ABI of
-``TORCH_TARGET_VERSION``.  Without a C++ compiler, or without torch's headers, the build warns
-and the package runs on the portable torch path on the CPU.
+``TORCH_TARGET_VERSION``; it compiles against the headers of every torch of ``TORCH_REQUIREMENT``.
+
+Without a C++ compiler, without torch's headers, or where the sources do not compile, the build
+warns (quoting the compiler's errors) and leaves the reason in ``torch_dml_ops/_C.build-error.txt``,
+which the warning at import repeats (pip hides a successful build's output); the package then
+runs the portable torch path on the CPU.  ``TORCH_DML_OPS_REQUIRE_EXTENSION=1`` makes it an
+error instead (CI sets it).
 """
 import glob
 import os
+import re
 import sys
 import sysconfig
+import tempfile
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 #: The stable-ABI version the kernels are written against (torch 2.10: parallel_for,
-#: get_num_threads, std::string arguments).  Tested with torch 2.13 (README).
+#: get_num_threads, std::string arguments); they compile against the headers of every torch
+#: of TORCH_REQUIREMENT.
 TORCH_TARGET_VERSION = "0x020a000000000000"
+#: The torch releases supported; CI tests the lowest, 2.13.0 and the newest (.ci/run, README).
+TORCH_REQUIREMENT = "torch>=2.10,<2.15"
 
 
 def _torch_dir():
@@ -46,36 +56,119 @@ def _torch_dir():
     return None
 
 
+#: Set to 1 (CI does) to make a build that cannot compile the C++ kernels fail instead of warn.
+REQUIRE_ENV = "TORCH_DML_OPS_REQUIRE_EXTENSION"
+#: Beside the built extension: why the last build of it failed (read by the import warning).
+BUILD_ERROR_FILE = "_C.build-error.txt"
+
+
+def _required() -> bool:
+    return os.environ.get(REQUIRE_ENV, "0").strip() not in ("", "0")
+
+
+def _torch_version() -> str:
+    try:
+        with open(os.path.join(_TORCH, "version.py"), encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("__version__"):
+                    return line.split("=", 1)[1].strip().strip("'\"")
+    except OSError:
+        pass
+    return "unknown"
+
+
 class OptionalBuildExt(build_ext):
-    """Build the C++ kernels where possible; warn (never fail the install) where not."""
+    """Build the C++ kernels where possible; where not, say why, loudly: the compiler's own
+    errors, on stderr and in ``_C.build-error.txt`` beside the package, which the import warning
+    quotes (pip shows a build's output only with -v, or when the build fails).  The build fails
+    only when TORCH_DML_OPS_REQUIRE_EXTENSION=1 (CI)."""
 
     def run(self):
+        self._failure = None
         try:
             super().run()
-        except Exception as e:  # no compiler at all
-            self._warn(e)
+        except Exception as e:  # no compiler at all, or nothing to copy in place after a failure
+            self._failure = self._failure or (e, "")
+        for ext in self.extensions:
+            self._settle(ext)
 
     def build_extension(self, ext):
-        try:
-            super().build_extension(ext)
-        except Exception as e:  # compiler missing or failing
-            self._warn(e)
+        # The compiler's diagnostics: fd 2 goes to a file for the build (whatever setuptools
+        # version runs the compiler, and however), then is echoed and kept for the message.
+        with tempfile.TemporaryFile() as f:
+            sys.stderr.flush()
+            saved = os.dup(2)
+            os.dup2(f.fileno(), 2)
+            try:
+                super().build_extension(ext)
+            except Exception as e:  # compiler missing or failing
+                self._failure = (e, "")
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                f.seek(0)
+                output = f.read().decode("utf-8", "replace")
+                sys.stderr.write(output)
+        if self._failure and not self._failure[1]:
+            self._failure = (self._failure[0], output)
 
-    @staticmethod
-    def _warn(e):
-        sys.stderr.write(
-            f"\nWARNING: torch_dml_ops: the C++ kernels were not built ({e}).\n"
-            "The package works without them (CPU calls run the portable torch path, slower).\n"
-            "To build them, install a C++17 compiler and reinstall.\n\n")
+    def _targets(self, ext):
+        """Where the extension goes: the build folder, and the source tree for an in-place
+        (editable) build."""
+        inplace = self.inplace
+        try:
+            self.inplace = False
+            paths = [self.get_ext_fullpath(ext.name)]
+            if inplace:
+                self.inplace = True
+                paths.append(self.get_ext_fullpath(ext.name))
+        finally:
+            self.inplace = inplace
+        return paths
+
+    def _settle(self, ext):
+        """A failed build leaves the reason beside the package, and no extension: not an
+        older one built against another torch, which the package would load without a word.
+        A successful one removes an old reason."""
+        records = [os.path.join(os.path.dirname(t), BUILD_ERROR_FILE) for t in self._targets(ext)]
+        if self._failure is None:
+            for record in records:
+                if os.path.exists(record):
+                    os.remove(record)
+            return
+        e, output = self._failure
+        errors = [ln for ln in output.splitlines() if re.search(r"(^|: )(fatal )?error\b", ln)]
+        if errors:
+            why = (f"its sources do not compile against torch {_torch_version()} (this package "
+                   f"supports {TORCH_REQUIREMENT}); the compiler said:\n"
+                   + "\n".join("    " + ln for ln in errors[:20]))
+        else:
+            why = f"{e} (is a C++17 compiler installed?)"
+        text = f"the C++ extension was not built: {why}"
+        for target, record in zip(self._targets(ext), records):
+            if os.path.exists(target):
+                os.remove(target)
+            os.makedirs(os.path.dirname(record), exist_ok=True)
+            with open(record, "w", encoding="utf-8") as f:
+                f.write(why + "\n")
+        bar = "=" * 78
+        sys.stderr.write(f"\n{bar}\nWARNING: torch_dml_ops: {text}\n"
+                         "The package works without it (CPU calls run the portable torch path, "
+                         f"slower).\n{bar}\n\n")
+        if _required():
+            raise SystemExit(f"torch_dml_ops: {REQUIRE_ENV}=1 and {text}")
 
 
 ext_modules = []
 _TORCH = _torch_dir()
 if _TORCH is None:
-    sys.stderr.write(
-        "\nWARNING: torch_dml_ops: torch is not installed where this build can see it, so the "
-        "C++ kernels are not built.\nInstall torch first (pip install torch==2.13.0), then this "
-        "package (pip install --no-build-isolation -e .).\n\n")
+    _NO_TORCH = ("torch is not installed where this build can see it, so the C++ kernels are not "
+                 "built.  Install torch first (for example: pip install torch==2.13.0), then this "
+                 "package (from a source checkout: pip install -e .)")
+    if _required():
+        raise SystemExit(f"torch_dml_ops: {REQUIRE_ENV}=1 and {_NO_TORCH}")
+    sys.stderr.write(f"\nWARNING: torch_dml_ops: {_NO_TORCH}\n\n")
 else:
     ext_modules.append(Extension(
         "torch_dml_ops._C",
@@ -111,8 +204,8 @@ setup(
     ext_modules=ext_modules,
     cmdclass={"build_ext": OptionalBuildExt},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},
-    # torch.library.register_fake / register_vmap, the stable ABI of TORCH_TARGET_VERSION.
-    install_requires=["torch>=2.10"],
+    # The stable ABI of TORCH_TARGET_VERSION; the releases CI tests (README, "Installation").
+    install_requires=[TORCH_REQUIREMENT],
     extras_require={
         # Triton is optional: without it the portable path runs everywhere.  Its CPU interpreter
         # (TRITON_INTERPRET=1, the main job's Triton run on a machine without a GPU) needs numpy.
@@ -120,8 +213,10 @@ setup(
         # torch_dml_ops.onnx: export to ONNX's GatherND / ScatterND / TopK (onnxscript writes the
         # translations, onnxruntime runs the demo and the tests).
         "onnx": ["onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.20"],
+        # setuptools: tests/test_packaging.py builds the wheel without build isolation, which
+        # needs bdist_wheel in setuptools itself (70.1+; torch 2.10 does not bring setuptools).
         "test": ["pytest", "hypothesis", "numpy", "triton>=3.0",
-                 "onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.20"],
+                 "onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.20", "setuptools>=70.1"],
         # python -m torch_dml_ops.bench: the peers it compares with, and the plot.  Never needed
         # by the tests (their peer tests skip without them).
         "bench": ["numpy", "matplotlib", "onnx", "onnxruntime", "jax",

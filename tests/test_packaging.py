@@ -148,11 +148,23 @@ def _readme_test_command() -> str:
 def test_ci_runs_the_readme_test_command_verbatim_in_a_fresh_venv():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     body = [ln.strip() for ln in ci.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    assert body[-1] == _readme_test_command()
+    cmd = _readme_test_command()
+    assert cmd in body
+    at = body.index(cmd)
+    assert not any("pytest" in ln for ln in body[:at])      # the first run is the README's
     # a virtual environment made by the script itself, activated before the command
     venv_at = next(i for i, ln in enumerate(body) if "-m venv" in ln)
     activate_at = next(i for i, ln in enumerate(body) if "/bin/activate" in ln)
-    assert venv_at < activate_at < len(body) - 1
+    assert venv_at < activate_at < at
+    # then the lowest and the newest torch that setup.py claims, the same way
+    claim = re.search(r'TORCH_REQUIREMENT = "torch>=(\d+)\.(\d+),<(\d+)\.(\d+)"',
+                      (ROOT / "setup.py").read_text(encoding="utf-8"))
+    lo, hi = claim.group(1, 2), (claim.group(3), str(int(claim.group(4)) - 1))
+    (loop,) = [ln for ln in body[at:] if ln.startswith("for version in ")]
+    versions = loop.split(" in ", 1)[1].split(";")[0].split()
+    assert versions[0] == ".".join(lo) + ".0", versions
+    assert versions[-1].startswith(".".join(hi) + "."), versions
+    assert 'pip install "torch==$version" && pip install -e ".[test]" && python -m pytest -q' in body
 
 
 def test_wheel_ships_py_typed(wheel):
@@ -169,3 +181,36 @@ def test_torch_ops_overloads_have_docstrings():
         for overload in packet.overloads():
             doc = getattr(packet, overload).__doc__
             assert doc and f"{name}(" in doc, (name, overload)
+
+
+@pytest.mark.skipif(not _HAS_CXX, reason="no C++ compiler: the C++ kernels are optional")
+def test_a_build_that_does_not_compile_says_why(tmp_path):
+    """The compiler's error reaches the build's warning, the record beside the package and the
+    warning at import; TORCH_DML_OPS_REQUIRE_EXTENSION=1 turns it into a failed build."""
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(ROOT / "setup.py", src)
+    shutil.copy(ROOT / "README.md", src)
+    shutil.copytree(ROOT / "torch_dml_ops", src / "torch_dml_ops",
+                    ignore=shutil.ignore_patterns("__pycache__", "_C.build-error.txt"))
+    shutil.copytree(ROOT / "triton_kernels", src / "triton_kernels",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    first = sorted((src / "torch_dml_ops" / "csrc").glob("*.cpp"))[0]
+    first.write_text("#error deliberately broken\n" + first.read_text())
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DML_OPS_REQUIRE_EXTENSION"}
+    build = [sys.executable, "setup.py", "-q", "build_ext", "--inplace"]
+    res = subprocess.run(build, cwd=src, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "error: #error deliberately broken" in res.stderr.split("WARNING: torch_dml_ops:")[1]
+    assert not list((src / "torch_dml_ops").glob("_C*.so"))
+    record = (src / "torch_dml_ops" / "_C.build-error.txt").read_text()
+    assert f"do not compile against torch {torch.__version__}" in record, record
+    script = ("import warnings\nwith warnings.catch_warnings(record=True) as w:\n"
+              "    warnings.simplefilter('always')\n    import torch_dml_ops\n"
+              "print('\\n'.join(str(x.message) for x in w))")
+    res = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, env={**env, "PYTHONPATH": str(src)})
+    assert "#error deliberately broken" in res.stdout, res.stdout + res.stderr
+    env["TORCH_DML_OPS_REQUIRE_EXTENSION"] = "1"
+    res = subprocess.run(build, cwd=src, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode != 0 and "TORCH_DML_OPS_REQUIRE_EXTENSION=1" in res.stderr, res.stderr

@@ -157,11 +157,12 @@ class override:
         table = _table(self.name)
         override = torch.library.Library(NAMESPACE, "IMPL")
         with warnings.catch_warnings():
-            # "Overriding a previously registered kernel": what this block is for.
+            # "Overriding a previously registered kernel": what this block is for (stated
+            # explicitly: allow_override defaults to False before torch 2.13).
             warnings.simplefilter("ignore", UserWarning)
             for key, kernels in table.items():
                 for op, (fn, with_keyset) in kernels.items():
-                    override.impl(op, fn, key, with_keyset=with_keyset)
+                    override.impl(op, fn, key, with_keyset=with_keyset, allow_override=True)
         _overrides.append((self.name, override))
         return self.name
 

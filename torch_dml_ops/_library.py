@@ -66,8 +66,15 @@ def _load_extension() -> str:
     """Load the C++ extension: "" when loaded, else why not."""
     path = extension_path()
     if not path:
-        return ("the C++ extension is not built (no C++ compiler, or torch not visible to the "
-                "build); reinstall with one present: pip install --no-build-isolation -e .")
+        # setup.py leaves the reason of a failed build beside the package.
+        record = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_C.build-error.txt")
+        try:
+            with open(record, encoding="utf-8") as f:
+                why = f.read().strip()
+        except OSError:
+            why = ("no C++ compiler, or torch not visible to the build, at install; to build "
+                   "it, install a C++17 compiler, then reinstall this package")
+        return f"the C++ extension is not built ({why})"
     try:
         torch.ops.load_library(path)
     except OSError as e:

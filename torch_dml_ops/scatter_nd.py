@@ -23,7 +23,7 @@ import torch
 
 from torch._library.utils import fill_defaults
 
-from . import _autograd, _backend
+from . import _autograd, _backend, _compat
 from ._checks import (check_bool, check_out, check_out_meta, check_scatter_nd, check_tensors,
                       raise_documented)
 from ._forms import GatherLayout, gather_layout
@@ -487,7 +487,7 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
             _INPLACE_OP(*args)
         return input
     except Exception as exc:
-        if "in-place operations that require placement changes" in str(exc):
+        if _compat.inplace_placement_refused(exc):
             def placements(t):
                 return tuple(getattr(t, "placements", ())) or "a plain tensor"
             raise RuntimeError(

@@ -19,9 +19,9 @@ from typing import NamedTuple, Union
 import torch
 import torch.utils._pytree as _pytree
 
-from . import _autograd, _backend
+from . import _autograd, _backend, _compat
 from ._checks import as_int, check_top_k1, raise_documented
-from ._levels import _state
+from ._levels import PERMISSIVE, _state
 from ._library import document, lib, prepare_subclass
 
 __all__ = ["top_k1", "topk", "AxisDirection", "TopK1Result"]
@@ -176,6 +176,13 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
     d = _direction(direction)
     k, axis = as_int("top_k1", "k", k), as_int("top_k1", "axis", axis)
     level = _state.level
+    if _compat.AOTI_MISREADS_DTYPE_ARGS and level == PERMISSIVE and _compat.exporting():
+        # No dtype argument in an exported graph on torch 2.10 (_compat): the op's int64
+        # indices, then a cast, exact once the rules (checked here) hold.
+        check_top_k1(input, k, axis, d, torch.int64 if index_dtype is None else index_dtype,
+                     level)
+        v, i = TOP_K1.call_public(input, k, axis, d, None, level)
+        return TopK1Result(v, i if index_dtype in (None, torch.int64) else i.to(index_dtype))
     try:
         return TopK1Result(*TOP_K1.call_public(input, k, axis, d, index_dtype, level))
     except Exception:

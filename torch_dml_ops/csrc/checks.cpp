@@ -76,7 +76,7 @@ std::optional<std::pair<int64_t, int64_t>> dimension_count_rule(Level level,
 
 bool call_bool(const char* name, const Tensor& t) {
   std::array<StableIValue, 1> stack{torch::stable::detail::from(t)};
-  STABLE_TORCH_ERROR_CODE_CHECK(
+  TDO_SHIM_CHECK(
       torch_call_dispatcher(name, "", stack.data(), TORCH_ABI_VERSION));
   return torch::stable::detail::to<bool>(stack[0]);
 }
@@ -358,7 +358,7 @@ void check_cpu_strided(const char* op, const std::vector<Named>& tensors) {
     value_error(op, ": ", first.name, " is on ", device_name(*first.t),
                 "; this kernel takes CPU tensors");
   for (const auto& n : tensors)
-    if (n.t->layout() != torch::headeronly::Layout::Strided)
+    if (!is_strided(*n.t))
       value_error(op, ": ", n.name, " is a sparse or otherwise non-strided tensor; only dense "
                   "(strided) tensors are supported");
 }
@@ -366,7 +366,7 @@ void check_cpu_strided(const char* op, const std::vector<Named>& tensors) {
 void check_storage(const char* op, const char* role, const Tensor& t) {
   if (t.numel() == 0) return;
   int64_t have = 0;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_storage_size(t.get(), &have));
+  TDO_SHIM_CHECK(aoti_torch_get_storage_size(t.get(), &have));
   int64_t need = (t.storage_offset() + extent(t)) * static_cast<int64_t>(t.element_size());
   if (need > have)
     runtime_error(op, ": ", role, "'s storage has ", have, " bytes but the tensor needs ", need,
@@ -400,7 +400,7 @@ void mark_written(const char* op, const char* name, const Tensor& t) {
 // tensor, which has no Autograd key.)
 Tensor resolved(const Tensor& t) {
   std::array<StableIValue, 1> stack{torch::stable::detail::from(t)};
-  STABLE_TORCH_ERROR_CODE_CHECK(
+  TDO_SHIM_CHECK(
       torch_call_dispatcher("aten::resolve_neg", "", stack.data(), TORCH_ABI_VERSION));
   return torch::stable::detail::to<Tensor>(stack[0]);
 }
@@ -414,7 +414,7 @@ void check_out(const char* op, const Tensor& out, const Shape& shape, ScalarType
     value_error(op, ": ", name, " has shape ", py_tuple(out.sizes()), ", expected ",
                 py_tuple(shape));
   if (!out.is_cpu()) value_error(op, ": ", name, " is on ", device_name(out), ", expected cpu");
-  if (out.layout() != torch::headeronly::Layout::Strided)
+  if (!is_strided(out))
     value_error(op, ": ", name, " is a sparse or otherwise non-strided tensor; only dense "
                 "(strided) tensors are supported");
   if (has_internal_overlap(out))

@@ -35,6 +35,33 @@ using torch::stable::Tensor;
 using ScalarType = torch::headeronly::ScalarType;
 using Shape = std::vector<int64_t>;
 
+// ------------------------------------------------------------------------------------------
+// torch versions: only what torch 2.10's stable headers have (TORCH_TARGET_VERSION, setup.py)
+// ------------------------------------------------------------------------------------------
+
+// A shim call's error code to an exception.  STABLE_TORCH_ERROR_CODE_CHECK (torch 2.13's
+// headers on) carries libtorch's own message where the running torch offers it; 2.10-2.12's
+// headers have only the header-only TORCH_ERROR_CODE_CHECK (2.13's macro for a 2.10 target).
+#ifdef STABLE_TORCH_ERROR_CODE_CHECK
+#define TDO_SHIM_CHECK(call) STABLE_TORCH_ERROR_CODE_CHECK(call)
+#else
+#define TDO_SHIM_CHECK(call) TORCH_ERROR_CODE_CHECK(call)
+#endif
+
+// Whether `t` has the strided layout (Tensor::layout() is not in torch 2.10's headers; the
+// shim call it wraps is).
+inline bool is_strided(const Tensor& t) {
+  int32_t layout = 0;
+  TDO_SHIM_CHECK(aoti_torch_get_layout(t.get(), &layout));
+  return layout == aoti_torch_layout_strided();
+}
+
+// Whether `a` and `b` have the same sizes (torch 2.10's HeaderOnlyArrayRef has no operator==).
+inline bool same_sizes(const Tensor& a, const Tensor& b) {
+  const auto x = a.sizes(), y = b.sizes();
+  return std::equal(x.begin(), x.end(), y.begin(), y.end());
+}
+
 // "no bad index found": the one home of this sentinel on the C++ side (_tables() reports it).
 constexpr int64_t kNoError = INT64_MAX;
 // At most this many parallel parts (per-part scratch is sized by it).
@@ -68,7 +95,7 @@ struct ToImpl<tdo::StrArg> {
     const bool ok = torch_string_length(handle, &length) == AOTI_TORCH_SUCCESS &&
                     torch_string_c_str(handle, &data) == AOTI_TORCH_SUCCESS;
     tdo::StrArg arg{ok ? std::string(data, length) : std::string()};
-    STABLE_TORCH_ERROR_CODE_CHECK(torch_delete_string(handle));
+    TDO_SHIM_CHECK(torch_delete_string(handle));
     STD_TORCH_CHECK(ok, "cannot read a str argument");
     return arg;
   }

@@ -67,9 +67,9 @@ Tensor empty_like_dtype(const Tensor& like, const Dims& shape) {
     s *= std::max<int64_t>(shape[d], 1);
   }
   int32_t dtype = 0;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
+  TDO_SHIM_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
   AtenTensorHandle h = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(
+  TDO_SHIM_CHECK(aoti_torch_empty_strided(
       static_cast<int64_t>(shape.size()), shape.data(), strides.data(), dtype,
       aoti_torch_device_type_cpu(), like.get_device_index(), &h));
   Tensor t(h);
@@ -79,7 +79,7 @@ Tensor empty_like_dtype(const Tensor& like, const Dims& shape) {
 
 bool call_bool(const char* op_name, const Tensor& t) {
   std::array<StableIValue, 1> stack{torch::stable::detail::from(t)};
-  STABLE_TORCH_ERROR_CODE_CHECK(
+  TDO_SHIM_CHECK(
       torch_call_dispatcher(op_name, "", stack.data(), TORCH_ABI_VERSION));
   return torch::stable::detail::to<bool>(stack[0]);
 }
@@ -95,7 +95,7 @@ bool call_bool(const char* op_name, const Tensor& t) {
 }
 
 bool cpu_strided(const Tensor& t) {
-  return t.is_cpu() && t.layout() == torch::headeronly::Layout::Strided;
+  return t.is_cpu() && is_strided(t);
 }
 
 // Dims [b, e) of a strided tensor as one dimension of `size` elements `stride` apart, when they

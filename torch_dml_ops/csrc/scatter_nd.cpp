@@ -70,7 +70,7 @@ using IntRef = torch::headeronly::IntHeaderOnlyArrayRef;
 // ------------------------------------------------------------------------------------------
 
 bool cpu_strided(const Tensor& t) {
-  return t.is_cpu() && t.layout() == torch::headeronly::Layout::Strided;
+  return t.is_cpu() && is_strided(t);
 }
 
 // [start, end) byte addresses a strided tensor of `es`-byte elements may touch (empty without
@@ -91,7 +91,7 @@ std::pair<uintptr_t, uintptr_t> byte_span(const Tensor& t, int64_t es) {
 
 int32_t raw_dtype(const Tensor& t) {
   int32_t dtype = 0;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(t.get(), &dtype));
+  TDO_SHIM_CHECK(aoti_torch_get_dtype(t.get(), &dtype));
   return dtype;
 }
 
@@ -110,9 +110,9 @@ Tensor empty_contiguous(const Tensor& like) {
       runtime_error("Stride calculation overflowed");
   }
   int32_t dtype = 0;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
+  TDO_SHIM_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
   AtenTensorHandle h = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(
+  TDO_SHIM_CHECK(aoti_torch_empty_strided(
       static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(), dtype,
       aoti_torch_device_type_cpu(), like.get_device_index(), &h));
   Tensor t(h);
@@ -261,7 +261,7 @@ bool target_ok(const Tensor& target, const Plan& p, const Tensor* input, const T
                const Tensor& updates) {
   if (!target.is_contiguous()) return false;
   if (input && (!cpu_strided(target) || raw_dtype(target) != raw_dtype(*input) ||
-                target.sizes() != input->sizes()))
+                !same_sizes(target, *input)))
     return false;
   const auto span = byte_span(target, p.es);
   if (span.first == span.second) return true;

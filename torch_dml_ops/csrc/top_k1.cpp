@@ -592,7 +592,7 @@ Tensor movedim(const Tensor& t, int64_t src, int64_t dst) {
   std::array<StableIValue, 3> stack{torch::stable::detail::from(t),
                                     torch::stable::detail::from(src),
                                     torch::stable::detail::from(dst)};
-  STABLE_TORCH_ERROR_CODE_CHECK(
+  TDO_SHIM_CHECK(
       torch_call_dispatcher("aten::movedim", "int", stack.data(), TORCH_ABI_VERSION));
   return torch::stable::detail::to<Tensor>(stack[0]);
 }

@@ -6,11 +6,11 @@ One mesh dimension's view: ``register_sharding`` expands each rule over every me
 """
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
+
+from .._compat import dtensor_op_handlers, fix_dtensor_ops_without_returns
 
 _ops = torch.ops.torch_dml_ops
 
@@ -58,21 +58,8 @@ def _no_output(rules):
     return [([], ins) for _, ins in rules]
 
 
-def _with_out(rules, n_args):
-    """The rules of a functional op for its ``out=`` form: ``out`` placed as the output."""
-    return [([], ins + [None] * (n_args - len(ins)) + outs) for outs, ins in rules]
-
-
 def _scatter_nd_inplace_rules(input, indices, updates, *rest):
     return _no_output(_scatter_nd_rules(input, indices, updates, *rest))
-
-
-def _scatter_nd_out_rules(input, indices, updates, *rest, out=None):
-    return _with_out(_scatter_nd_rules(input, indices, updates, *rest), 9)
-
-
-def _gather_nd_out_rules(input, indices, *rest, out=None):
-    return _with_out(_gather_nd_rules(input, indices, *rest), 7)
 
 
 def _top_k1_rules(input, k, axis=-1, direction="decreasing", index_dtype=None,
@@ -105,33 +92,41 @@ def _gather_nd_backward_rules(grad, indices, index_sizes, batch_dims, input_dime
     return rules
 
 
+def _out_handler(overload, functional):
+    """DTensor's handler of an ``out=`` overload called through ``torch.ops``: what the public
+    functions do (``_library.into_dtensor_out``): the functional op under its rules, then
+    ``out.copy_`` to ``out``'s placements, so every ``out`` placement works and a call that fails
+    writes nothing.  Returns None, as the schema (``-> ()``) says: DTensor's generic ``out=``
+    path returns ``out``, which torch 2.14 refuses for such a schema."""
+    from .._library import into_dtensor_out
+
+    def handler(op_call, args, kwargs):
+        kwargs = dict(kwargs)
+        out = kwargs.pop("out")
+        tensors = tuple(a for a in args if isinstance(a, torch.Tensor))
+        into_dtensor_out(overload, out, tensors, lambda: functional(*args, **kwargs))
+        return None
+    return handler
+
+
 _registered = False
 
 
 def register() -> None:
-    """Register the rules (once)."""
+    """Register the rules (once), and the handlers of the ``out=`` overloads."""
     global _registered
     if _registered:
         return
+    fix_dtensor_ops_without_returns()
     register_sharding(_ops.gather_nd.default)(_gather_nd_rules)
     register_sharding(_ops.scatter_nd.default)(_scatter_nd_rules)
     register_sharding(_ops.top_k1.default)(_top_k1_rules)
     register_sharding(_ops.gather_nd_backward.default)(_gather_nd_backward_rules)
     register_sharding(_ops.scatter_nd_.default)(_scatter_nd_inplace_rules)
-    register_sharding(_ops.scatter_nd_out.default)(_scatter_nd_out_rules)
-    register_sharding(_ops.gather_nd_out.default)(_gather_nd_out_rules)
-    for op in (_ops.scatter_nd_out.default, _ops.gather_nd_out.default):
-        _key_on_out(op)
+    from ..gather_nd import GATHER_ND_OUT
+    from ..scatter_nd import SCATTER_ND_OUT
+    handlers = dtensor_op_handlers()
+    if handlers is not None:
+        handlers[GATHER_ND_OUT.op] = _out_handler(GATHER_ND_OUT, _ops.gather_nd.default)
+        handlers[SCATTER_ND_OUT.op] = _out_handler(SCATTER_ND_OUT, _ops.scatter_nd.default)
     _registered = True
-
-
-def _key_on_out(op) -> None:
-    """register_sharding keys DTensor's sharding cache on the int arguments only: two calls of an
-    ``out=`` overload that differ only in ``out``'s placements would share one strategy (and
-    the second run its kernel on shards of the wrong shape).  Key on ``out`` too.  (The public
-    functions do not call these overloads with DTensors; ``torch.ops`` callers do.)"""
-    prop = DTensor._op_dispatcher.sharding_propagator
-    info = getattr(prop, "op_to_schema_info", {}).get(op)
-    if info is not None and "out" not in (info.static_kwargkey or []):
-        prop.op_to_schema_info[op] = dataclasses.replace(
-            info, static_kwargkey=list(info.static_kwargkey or []) + ["out"])

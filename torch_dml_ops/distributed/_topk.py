@@ -17,6 +17,7 @@ import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from .._checks import check_top_k1
+from .._compat import all_gather_single
 from .._levels import _state
 from ..top_k1 import TOP_K1, TopK1Result, _direction
 from ..top_k1 import top_k1 as _top_k1
@@ -62,8 +63,7 @@ class _ShardedTopK(torch.autograd.Function):
             if pad:
                 v = torch.cat([v, v.new_zeros(v.shape[:-1] + (pad,))], dim=-1)
                 i = torch.cat([i, i.new_zeros(i.shape[:-1] + (pad,))], dim=-1)
-            gathered = funcol.all_gather_single(_pack(v, i).unsqueeze(0), gather_dim=0,
-                                                group=group)
+            gathered = all_gather_single(_pack(v, i).unsqueeze(0), gather_dim=0, group=group)
             gathered = funcol.wait_tensor(gathered)
             cand_v, cand_i = [], []
             for r, size in enumerate(sizes):
