@@ -164,7 +164,8 @@ def test_ci_runs_the_readme_test_command_verbatim_in_a_fresh_venv():
     versions = loop.split(" in ", 1)[1].split(";")[0].split()
     assert versions[0] == ".".join(lo) + ".0", versions
     assert versions[-1].startswith(".".join(hi) + "."), versions
-    assert 'pip install "torch==$version" && pip install -e ".[test]" && python -m pytest -q' in body
+    assert ('pip install --retries 10 --timeout 120 "torch==$version" && pip install -e ".[test]" '
+            '&& python -m pytest -q') in body
 
 
 def test_wheel_ships_py_typed(wheel):
