@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import cast
 
 import torch
 
@@ -164,7 +165,7 @@ def main() -> int:
     x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
     tdo.gather_nd(x, torch.tensor([[1], [1], [-1]])).sum().backward()
     print(f"\nGradient of sum(gather_nd(x, [[1],[1],[-1]])) w.r.t. x (duplicates accumulate): "
-          f"{x.grad[:, 0].tolist()}")
+          f"{cast(torch.Tensor, x.grad)[:, 0].tolist()}")
 
     print(f"\n{'All examples agree on every backend.' if not failures else f'{failures} MISMATCHES'}")
     return 1 if failures else 0

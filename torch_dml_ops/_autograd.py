@@ -22,7 +22,7 @@ kernel that refuses autograd, like torch's ``out=`` functions.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.autograd.forward_ad as _fwad
@@ -111,7 +111,7 @@ class Differentiable:
     torch.export trace, and what direct ``torch.ops.torch_dml_ops.*`` callers get.
     """
 
-    def __init__(self, opname: str, function: type, prepare: Callable = None,
+    def __init__(self, opname: str, function: type, prepare: Optional[Callable] = None,
                  n_tensors: int = 1) -> None:
         self.op = getattr(getattr(torch.ops, NAMESPACE), opname).default
         self.function = function

@@ -12,7 +12,7 @@ Rules cite the page they come from: ``spec <page>`` is a DirectML page in ``shar
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, cast
 
 import torch
 
@@ -239,7 +239,8 @@ def storage_bytes_needed(t: torch.Tensor) -> int:
     """Bytes of storage ``t`` addresses, from the start of its storage (0 without elements)."""
     if t.numel() == 0:
         return 0
-    return (t.storage_offset() + _extent(t)) * t.element_size()
+    # A SymInt under tracing (storage_offset), which stands for an int here.
+    return cast(int, (t.storage_offset() + _extent(t)) * t.element_size())
 
 
 def check_dense(op: str, named) -> None:
@@ -391,12 +392,12 @@ def raise_index_error(op: str, indices: torch.Tensor, flat_position: int, index_
     """
     j = flat_position % tuple_size
     value = indices.reshape(-1)[flat_position].item()
-    pos = []
+    rev = []
     rem = flat_position
     for s in reversed(list(index_tensor_shape)):
-        pos.append(rem % s)
+        rev.append(rem % s)
         rem //= s
-    pos = tuple(reversed(pos))
+    pos = tuple(reversed(rev))
     size = dim_sizes[j]
     valid = f"[{-size}, {size - 1}]" if signed else f"[0, {size - 1}]"
     if size == 0:
@@ -487,7 +488,7 @@ def check_dtype_arg(op: str, name: str, v) -> None:
         raise TypeError(f"{op}: {name} must be a torch.dtype, got {_type_name(v)} {v!r}")
 
 
-_TYPE_CHECKS = {
+_TYPE_CHECKS: Dict[str, Callable[[str, str, object], None]] = {
     "tensor": check_tensor, "int": check_int, "str": check_str, "bool": check_bool,
     "dtype": check_dtype_arg,
     "int?": lambda op, name, v: check_int(op, name, v, optional=True),

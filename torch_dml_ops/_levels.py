@@ -4,6 +4,8 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
+from ._types import FeatureLevelName
+
 __all__ = ["feature_level", "get_feature_level", "normalize_feature_level", "FEATURE_LEVELS",
            "PERMISSIVE"]
 
@@ -59,7 +61,7 @@ class feature_level:
     registered op as its ``feature_level`` argument; kernels never read hidden state.
     """
 
-    def __init__(self, level: Optional[str]) -> None:
+    def __init__(self, level: Optional[FeatureLevelName]) -> None:
         self.level = normalize_feature_level(level)
 
     # The level to restore is kept on the thread's own stack (``with`` blocks nest per thread),

@@ -29,6 +29,7 @@ from ._checks import (check_bool, check_out, check_out_meta, check_scatter_nd, c
 from ._forms import GatherLayout, gather_layout
 from ._inductor_fixes import lower_storage_offset
 from ._levels import _state
+from ._types import Reduction
 from ._library import document, into_dtensor_out, lib, prepare_subclass
 from .gather_nd import GATHER_ND, tuples_in_range
 
@@ -370,7 +371,7 @@ _OP = torch.ops.torch_dml_ops.scatter_nd.default
 
 
 def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
-               reduction: str = "none", *, input_dimension_count: Optional[int] = None,
+               reduction: Reduction = "none", *, input_dimension_count: Optional[int] = None,
                indices_dimension_count: Optional[int] = None, check_indices: bool = True,
                out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """A copy of ``input`` with ``updates`` scattered at the index tuples of ``indices``.
@@ -455,7 +456,7 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
 
 
 def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
-                reduction: str = "none", *, input_dimension_count: Optional[int] = None,
+                reduction: Reduction = "none", *, input_dimension_count: Optional[int] = None,
                 indices_dimension_count: Optional[int] = None,
                 check_indices: bool = True) -> torch.Tensor:
     """In-place :func:`scatter_nd`: writes ``updates`` into ``input`` itself and returns it.

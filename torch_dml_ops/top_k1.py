@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import sys
-from typing import NamedTuple, Union
+from typing import TYPE_CHECKING, NamedTuple, Union, cast
 
 import torch
 import torch.utils._pytree as _pytree
@@ -23,6 +23,10 @@ from . import _autograd, _backend, _compat
 from ._checks import as_int, check_top_k1, raise_documented
 from ._levels import PERMISSIVE, _state
 from ._library import document, lib, prepare_subclass
+from ._types import Direction
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 __all__ = ["top_k1", "topk", "AxisDirection", "TopK1Result"]
 
@@ -137,7 +141,7 @@ def _is_dtensor_sharded_on(input, axis) -> bool:
 
 
 def top_k1(input: torch.Tensor, k: int, axis: int = -1,
-           direction: Union[str, AxisDirection] = "decreasing",
+           direction: Union[Direction, AxisDirection] = "decreasing",
            index_dtype: torch.dtype = torch.int64) -> TopK1Result:
     """The ``k`` largest (``direction="decreasing"``) or smallest (``"increasing"``) elements
     of every sequence along ``axis``, sorted in that direction, with their indices.
@@ -172,7 +176,7 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
     """
     if type(input) is not torch.Tensor and _is_dtensor_sharded_on(input, axis):
         from .distributed import top_k1 as distributed_top_k1
-        return distributed_top_k1(input, k, axis, direction, index_dtype)
+        return distributed_top_k1(cast("DTensor", input), k, axis, direction, index_dtype)
     d = _direction(direction)
     k, axis = as_int("top_k1", "k", k), as_int("top_k1", "axis", axis)
     level = _state.level
@@ -226,9 +230,9 @@ def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorte
     if not isinstance(input, torch.Tensor):
         raise TypeError(f"topk(): argument 'input' must be Tensor, not {type(input).__name__}")
     k, dim = as_int("topk", "k", k), as_int("topk", "dim", dim)
-    for name, v in (("largest", largest), ("sorted", sorted)):
-        if not isinstance(v, bool):
-            raise TypeError(f"topk(): argument '{name}' must be bool, not {type(v).__name__}")
+    for name, flag in (("largest", largest), ("sorted", sorted)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"topk(): argument '{name}' must be bool, not {type(flag).__name__}")
     r = input.dim()
     if not -max(r, 1) <= dim < max(r, 1):
         raise IndexError(f"topk(): Dimension out of range (expected to be in range of "
@@ -241,7 +245,7 @@ def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorte
         raise RuntimeError(f"topk(): complex dtypes are not supported, got {input.dtype}")
     if out is not None:         # checked before anything is computed or written
         _check_topk_out(out, input, k)
-    direction = "decreasing" if largest else "increasing"
+    direction: Direction = "decreasing" if largest else "increasing"
     if r == 0:
         # torch.topk returns 0-dim results for a 0-dim input, k = 0 included.
         v, i = top_k1(input.reshape(1), 1, 0, direction)

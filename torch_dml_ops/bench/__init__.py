@@ -245,7 +245,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _report.write_json(args.json, meta, rows)
         print(f"wrote {len(rows)} rows to {args.json}")
     if args.plot:
-        why = _report.plot(args.plot, rows, header)
-        print(why if why else f"wrote {args.plot}")
+        plot_error = _report.plot(args.plot, rows, header)
+        print(plot_error if plot_error else f"wrote {args.plot}")
     # Exit status: 1 when one of our providers failed or disagreed with the reference.
     return 1 if any(r.error and r.kind == "ours" for r in rows) else 0

@@ -10,11 +10,13 @@ import gc
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-Inputs = Dict[str, object]
+#: The inputs of a case: tensors and constants by name (a heterogeneous bag; the providers
+#: know what each key holds).
+Inputs = Dict[str, Any]
 
 #: Provider kinds. ``ours``: this package; ``torch``: a torch-native formulation of the same
 #: computation; ``peer``: another library (onnxruntime, TensorFlow, JAX); ``yardstick``: a

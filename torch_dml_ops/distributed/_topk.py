@@ -12,6 +12,8 @@ each merge yields the top-k of the chunk one level up, in the same order.
 """
 from __future__ import annotations
 
+from typing import Union
+
 import torch
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -19,7 +21,8 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from .._checks import check_top_k1
 from .._compat import all_gather_single
 from .._levels import _state
-from ..top_k1 import TOP_K1, TopK1Result, _direction
+from .._types import Direction
+from ..top_k1 import TOP_K1, AxisDirection, TopK1Result, _direction
 from ..top_k1 import top_k1 as _top_k1
 from ._placements import local_bounds, meta_like, plain, shard_stages
 
@@ -92,7 +95,8 @@ class _ShardedTopK(torch.autograd.Function):
         return grad.movedim(-1, axis), None, None, None, None, None, None
 
 
-def top_k1(input: DTensor, k: int, axis: int = -1, direction="decreasing",
+def top_k1(input: DTensor, k: int, axis: int = -1,
+           direction: Union[Direction, AxisDirection] = "decreasing",
            index_dtype: torch.dtype = torch.int64) -> TopK1Result:
     """``torch_dml_ops.top_k1`` of a DTensor.  Sharded along ``axis`` (by one or more mesh
     dims): the exact distributed top-k (one all-gather of k candidates per rank and mesh dim);

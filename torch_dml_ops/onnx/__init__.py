@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Dict, Iterator
+from typing import Any, Callable, Dict, Iterator, Optional
 
 try:
     import onnx  # noqa: F401
@@ -110,11 +110,12 @@ def exporting() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0:
+                assert _library is not None     # registered while _depth > 0
                 _library._destroy()
                 _library = None
 
 
-def _our_error(exc: BaseException):
+def _our_error(exc: Optional[BaseException]):
     """The OnnxExportError/ConstraintError a translation or fake kernel raised, if the exporter
     wrapped one."""
     from .._errors import ConstraintError
