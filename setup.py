@@ -215,7 +215,8 @@ setup(
         "onnx": ["onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.20"],
         # setuptools: tests/test_packaging.py builds the wheel without build isolation, which
         # needs bdist_wheel in setuptools itself (70.1+; torch 2.10 does not bring setuptools).
-        "test": ["pytest", "hypothesis", "numpy", "triton>=3.0",
+        # mypy: tests/test_typing.py.
+        "test": ["pytest", "hypothesis", "numpy", "triton>=3.0", "mypy",
                  "onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.20", "setuptools>=70.1"],
         # python -m torch_dml_ops.bench: the peers it compares with, and the plot.  Never needed
         # by the tests (their peer tests skip without them).

@@ -61,7 +61,7 @@ def fix_dtensor_ops_without_returns() -> None:
 
     def return_type_tensor(self) -> bool:
         return len(self.op._schema.returns) > 0 and unpatched(self)
-    OpSchema.return_type_tensor = return_type_tensor
+    OpSchema.return_type_tensor = return_type_tensor  # type: ignore[method-assign]  # torch patch
 
 
 def export_serializes_uint32() -> bool:

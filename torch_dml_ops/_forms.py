@@ -11,7 +11,7 @@ are used, which guard as needed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from ._errors import ConstraintError
 
@@ -100,7 +100,7 @@ class GatherLayout:
 
     def __post_init__(self) -> None:
         b, k, shape = self.batch_dims, self.k, self.natural_input_shape
-        derived = dict(batch=prod(shape[:b]), index_sizes=tuple(shape[b:b + k]),
+        derived: Dict[str, Any] = dict(batch=prod(shape[:b]), index_sizes=tuple(shape[b:b + k]),
                        slice_shape=tuple(shape[b + k:]), slice_len=prod(shape[b + k:]),
                        n_tuples=prod(self.natural_indices_shape[:-1]))
         derived["rows"] = derived["batch"] * prod(derived["index_sizes"])
@@ -128,6 +128,7 @@ def gather_layout(op: str, input_shape: Sequence[int], indices_shape: Sequence[i
     indices_shape = tuple(indices_shape)
     dml = dml_form(op, input_dimension_count, indices_dimension_count)
     if dml:
+        assert input_dimension_count is not None and indices_dimension_count is not None
         n = len(input_shape)
         # spec DML_GATHER_ND.md IndicesTensor: "The DimensionCount of this tensor must match
         # InputTensor.DimensionCount."
@@ -202,6 +203,7 @@ def backward_layout(grad_shape: Sequence[int], indices_shape: Sequence[int],
     n = len(indices_shape)
     dml = dml_form("gather_nd", input_dimension_count, indices_dimension_count)
     if dml:
+        assert input_dimension_count is not None and indices_dimension_count is not None
         nat_idx = strip_padding("gather_nd", "IndicesTensor", "indices_dimension_count",
                                 indices_shape, indices_dimension_count)
         # its range (the input has the indices' DimensionCount): strip_padding's own check
@@ -219,6 +221,7 @@ def backward_layout(grad_shape: Sequence[int], indices_shape: Sequence[int],
             f"{op}: index_sizes must hold the k = {k} indexed input sizes (IndicesTensor's last "
             f"dimension), each >= 0, got {list(index_sizes)}")
     if dml:
+        assert input_dimension_count is not None    # dml_form: both counts given
         trailing = input_dimension_count - b - k
         if trailing < 0:
             raise ConstraintError(

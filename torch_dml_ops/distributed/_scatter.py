@@ -10,7 +10,7 @@ strided shards, sharded indices) is left to the sharding rules, which redistribu
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
@@ -60,10 +60,12 @@ def _local_call(input: DTensor, indices, updates, reduction, check_indices, op):
                            None, None, _state.level, check_indices, False, op)
     k = lay.k
     tuple_dims = indices.ndim - 1
-    bounds = local_bounds(input.shape, mesh, placements)
+    # Plain placements here (the caller's test), so bounds, not None.
+    bounds = cast(list, local_bounds(input.shape, mesh, placements))
     # The updates this rank needs: its input shard's part of every trailing dim.
     up_pl = updates.placements if isinstance(updates, DTensor) else [Replicate()] * mesh.ndim
-    up_bounds = (local_bounds(updates.shape, mesh, up_pl) if isinstance(updates, DTensor)
+    up_bounds = (cast(list, local_bounds(updates.shape, mesh, up_pl))
+                 if isinstance(updates, DTensor)
                  else [(0, int(n)) for n in updates.shape])
     cuts = []
     for j in range(k, input.ndim):

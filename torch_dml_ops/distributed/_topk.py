@@ -12,7 +12,7 @@ each merge yields the top-k of the chunk one level up, in the same order.
 """
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Dict, Union, cast
 
 import torch
 import torch.distributed._functional_collectives as funcol
@@ -120,7 +120,7 @@ def top_k1(input: DTensor, k: int, axis: int = -1,
                                           for p in input.placements])
         if not _on_axis(input.placements, ax):
             return TopK1Result(*TOP_K1.call_public(input, k, axis, d, index_dtype, level))
-    start, stop = local_bounds(input.shape, mesh, input.placements)[ax]
+    start, stop = cast(list, local_bounds(input.shape, mesh, input.placements))[ax]  # plain
     stages = [(mesh.get_group(m), sizes)
               for m, sizes in shard_stages(input.shape[ax], mesh, input.placements, ax)]
     values, indices = _ShardedTopK.apply(input.to_local(), k, ax, d, start, stop, stages)
@@ -129,7 +129,7 @@ def top_k1(input: DTensor, k: int, axis: int = -1,
     placements = [Replicate() if _on_axis([p], ax) else p for p in input.placements]
     shape = list(input.shape)
     shape[ax] = k
-    wrap = dict(device_mesh=mesh, placements=placements, run_check=False)
+    wrap: Dict[str, Any] = dict(device_mesh=mesh, placements=placements, run_check=False)
     return TopK1Result(DTensor.from_local(values, shape=torch.Size(shape),
                                           stride=_contiguous_strides(shape), **wrap),
                        DTensor.from_local(indices, shape=torch.Size(shape),
