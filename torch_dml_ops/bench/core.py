@@ -10,7 +10,7 @@ import gc
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -139,7 +139,7 @@ class Row:
 
     @property
     def spread(self) -> Optional[float]:
-        return None if self.q1_s is None else self.q3_s - self.q1_s
+        return None if self.q1_s is None or self.q3_s is None else self.q3_s - self.q1_s
 
     @property
     def timed(self) -> bool:
@@ -260,12 +260,14 @@ def run_case(case: Case, settings: Settings, seed: int = 0, bandwidth: Optional[
         row.q1_s, row.median_s, row.q3_s = quartiles(samples[p.name])
         row.min_s, row.max_s = min(samples[p.name]), max(samples[p.name])
         row.number, row.repeats = number[p.name], rounds
-    others = [rows[p.name].median_s for p in live
+    # Every live row was timed just above: its median is a float.
+    medians = {p.name: cast(float, rows[p.name].median_s) for p in live}
+    others = [medians[p.name] for p in live
               if p.kind in ("torch", "peer") and rows[p.name].agreement != TIE_ORDER]
     best = min(others) if others else None
     for p in live:
         if best:
-            rows[p.name].ratio_best_other = rows[p.name].median_s / best
+            rows[p.name].ratio_best_other = medians[p.name] / best
     return list(rows.values())
 
 

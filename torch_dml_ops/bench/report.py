@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import asdict
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, cast
 
 from .core import TIE_ORDER, Row
 
@@ -37,6 +37,11 @@ def _cell(r: Optional[Row]) -> str:
     return fmt_s(r.median_s) + (" †" if r.agreement == TIE_ORDER or r.stable is False else "")
 
 
+def _median(r: Row) -> float:
+    """The median of a timed row (``r.timed``: its median is not None)."""
+    return cast(float, r.median_s)
+
+
 def comparable(r: Row) -> bool:
     """A timed torch-native or peer row that computed what ours computes: bit-exact, and (top-k)
     not found unstable on the ties probe."""
@@ -44,17 +49,17 @@ def comparable(r: Row) -> bool:
             and r.stable is not False)
 
 
-def verdict(group: List[Row]) -> Dict[str, object]:
+def verdict(group: List[Row]) -> Dict[str, Any]:
     """Ours (the case's first ``ours`` provider) against the fastest comparable provider."""
     ours = next((r for r in group if r.kind == "ours"), None)
     others = [r for r in group if comparable(r)]
-    best = min(others, key=lambda r: r.median_s) if others else None
-    res: Dict[str, object] = {"ours": ours, "best": best, "ratio": None, "place": "n/a"}
+    best = min(others, key=_median) if others else None
+    res: Dict[str, Any] = {"ours": ours, "best": best, "ratio": None, "place": "n/a"}
     if ours is None or not ours.timed or best is None:
         if ours is not None and ours.error:
             res["place"] = "ours failed"
         return res
-    ratio = ours.median_s / best.median_s
+    ratio = _median(ours) / _median(best)
     res["ratio"] = ratio
     res["place"] = ("first" if ratio <= 1.0 else "tied" if ratio <= TIE
                     else f"behind {best.provider}")
@@ -64,10 +69,10 @@ def verdict(group: List[Row]) -> Dict[str, object]:
 def recompute_ratios(rows: Sequence[Row]) -> None:
     """``ratio_best_other`` against comparable providers only (after the stability marking)."""
     for group in by_case(rows).values():
-        others = [r.median_s for r in group if comparable(r)]
+        others = [_median(r) for r in group if comparable(r)]
         best = min(others) if others else None
         for r in group:
-            r.ratio_best_other = r.median_s / best if best and r.timed else None
+            r.ratio_best_other = _median(r) / best if best and r.timed else None
 
 
 def summary_table(rows: Sequence[Row]) -> str:
@@ -78,7 +83,7 @@ def summary_table(rows: Sequence[Row]) -> str:
         v = verdict(group)
         ours = v["ours"]
         torch_rows = [r for r in group if r.kind == "torch" and r.timed]
-        bt = min(torch_rows, key=lambda r: r.median_s) if torch_rows else None
+        bt = min(torch_rows, key=_median) if torch_rows else None
         bt_s = f"{_cell(bt)} ({bt.provider.replace('torch ', '')})" if bt else "-"
         peer = {lib: next((r for r in group if r.library == lib), None) for lib in PEER_COLUMNS}
         cells = {lib: _cell(peer[lib]) for lib in PEER_COLUMNS}
@@ -110,7 +115,7 @@ def detail_table(rows: Sequence[Row]) -> str:
             continue
         spread = f"{fmt_s(r.spread)} ({fmt_s(r.min_s)}–{fmt_s(r.max_s)})"
         ratio = "-" if r.ratio_best_other is None else f"{r.ratio_best_other:.2f}"
-        lim = "-" if not r.limit_s else f"{r.median_s / r.limit_s:.1f}"
+        lim = "-" if not r.limit_s else f"{_median(r) / r.limit_s:.1f}"
         name = f"**{r.provider}**" if r.kind == "ours" else r.provider
         lines.append(f"| {r.op} | {r.case} | {name} | {r.kind} | {fmt_s(r.median_s)} | "
                      f"{spread} | {ratio} | {lim} | {r.agreement} |")
@@ -196,7 +201,7 @@ def plot(path: str, rows: Sequence[Row], title: str) -> Optional[str]:
     for ax, s in zip(axes.flat, series):
         srows = [r for r in rows if r.series == s]
         for prov in OrderedDict.fromkeys(r.provider for r in srows):
-            pts = sorted((r.size, r.median_s, r.kind) for r in srows
+            pts = sorted((r.size, _median(r), r.kind) for r in srows
                          if r.provider == prov and r.timed)
             if not pts:
                 continue
