@@ -13,6 +13,13 @@ import torch
 #: compiling a package, hence a version: below 2.13, the first release tested without it.
 AOTI_MISREADS_DTYPE_ARGS = torch.__version__ < "2.13"
 
+#: Whether a DTensor leaf's gradient keeps the leaf's shards: from torch 2.13 on.  torch 2.10
+#: replicates it where it passes DTensor's scatter strategy (the backward of top_k1 through its
+#: sharding rule) or new_empty_strided (autograd's copy of a gradient whose strides differ from
+#: the leaf's: uneven shards, as under the distributed top-k).  The values are the same.  Read
+#: by the tests only.
+DTENSOR_GRAD_KEEPS_SHARDS = torch.__version__ >= "2.13"
+
 
 def exporting() -> bool:
     """Whether torch.export is tracing.  Not ``torch.compiler.is_exporting()`` below 2.13:
@@ -20,12 +27,6 @@ def exporting() -> bool:
     shape checks it would enable specialize shapes); the flag behind it is set by export only."""
     flag = getattr(torch.compiler, "_is_exporting_flag", None)
     return torch.compiler.is_exporting() if flag is None else bool(flag)
-#: Whether a DTensor leaf's gradient keeps the leaf's shards: from torch 2.13 on.  torch 2.10
-#: replicates it where it passes DTensor's scatter strategy (the backward of top_k1 through its
-#: sharding rule) or new_empty_strided (autograd's copy of a gradient whose strides differ from
-#: the leaf's: uneven shards, as under the distributed top-k).  The values are the same.  Read
-#: by the tests only.
-DTENSOR_GRAD_KEEPS_SHARDS = torch.__version__ >= "2.13"
 
 
 def all_gather_single(tensor, gather_dim: int, group):
@@ -50,7 +51,6 @@ def fix_dtensor_ops_without_returns() -> None:
     in-place op ``-> ()`` such as ``scatter_nd_``): ``OpSchema.return_type_tensor`` indexes the
     first return.  torch 2.13 checks for none first; this gives older releases the same check.
     Probed on such an op, so a torch that has the check is left untouched."""
-    import torch
     from torch.distributed.tensor._op_schema import OpSchema
     try:
         OpSchema(torch.ops.torch_dml_ops.scatter_nd_.default, (), {}).return_type_tensor()
@@ -68,7 +68,8 @@ def export_serializes_uint32() -> bool:
     """Whether torch.export can save a program holding uint32 (torch 2.10's serializer has no
     uint16/uint32/uint64: such a program cannot be saved nor compiled by AOTInductor)."""
     from torch._export.serde import serialize
-    return torch.uint32 in getattr(serialize, "_TORCH_TO_SERIALIZE_DTYPE", {torch.uint32: None})
+    table = getattr(serialize, "_TORCH_TO_SERIALIZE_DTYPE", None)
+    return table is None or torch.uint32 in table      # no table to read: assume it can
 
 
 def inplace_placement_refused(exc: BaseException) -> bool:
