@@ -71,11 +71,9 @@ def tuples_in_range(indices: torch.Tensor, index_sizes) -> torch.Tensor:
     """Bool, ``indices.shape[:-1]``: whether every coordinate of each tuple is in range for the
     indexed sizes (the tuples a ``check_indices=False`` call does not skip).  Torch ops only, on
     the indices' device, no host sync."""
-    signed = indices.dtype in SIGNED_INDEX_DTYPES
+    from .portable._common import in_range
     i = indices.view(torch.int64) if indices.dtype == torch.uint64 else indices.to(torch.int64)
-    size = torch.tensor(list(index_sizes), dtype=torch.int64, device=indices.device)
-    lo = -size if signed else torch.zeros_like(size)
-    return ((i >= lo) & (i < size)).all(-1)
+    return in_range(i, index_sizes, indices.dtype in SIGNED_INDEX_DTYPES)
 
 
 def _skip_bad_tuples(ctx, grad, indices):

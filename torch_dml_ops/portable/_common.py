@@ -59,20 +59,23 @@ def torch_checks_bounds(t: torch.Tensor) -> bool:
     return t.device.type == "cpu"
 
 
-def first_bad_position(idx2: torch.Tensor, sizes: Sequence[int], signed: bool) -> int:
+def _out_of_range(idx2: torch.Tensor, sizes: Sequence[int], signed: bool) -> torch.Tensor:
+    """Bool, shaped as the index matrix: which coordinates are out of range (a uint64 of 2**63
+    or more reads negative in ``idx2``: out of range)."""
     size_t = torch.tensor(list(sizes), dtype=idx2.dtype, device=idx2.device)
     lo = -size_t if signed else torch.zeros_like(size_t)
-    bad = (idx2 < lo) | (idx2 >= size_t)
-    return int(bad.reshape(-1).nonzero()[0, 0])
+    return (idx2 < lo) | (idx2 >= size_t)
+
+
+def first_bad_position(idx2: torch.Tensor, sizes: Sequence[int], signed: bool) -> int:
+    return int(_out_of_range(idx2, sizes, signed).reshape(-1).nonzero()[0, 0])
 
 
 def in_range(idx2: torch.Tensor, sizes: Sequence[int], signed: bool) -> torch.Tensor:
-    """Bool ``[n_tuples]``: whether every coordinate of each tuple of the index matrix is in
-    range (``check_indices=False`` skips the others).  A uint64 of 2**63 or more reads negative
-    in ``idx2``: out of range."""
-    size_t = torch.tensor(list(sizes), dtype=torch.int64, device=idx2.device)
-    lo = -size_t if signed else torch.zeros_like(size_t)
-    return ((idx2 >= lo) & (idx2 < size_t)).all(dim=1)
+    """Bool ``idx2.shape[:-1]``: whether every coordinate of each tuple (``idx2``: the index
+    matrix, or any ``[..., k]`` int64 tuples) is in range (``check_indices=False`` skips the
+    others).  Torch ops only, on ``idx2``'s device, no host sync."""
+    return ~_out_of_range(idx2, sizes, signed).any(dim=-1)
 
 
 def check_and_wrap_plan(op: str, indices: torch.Tensor, idx2: torch.Tensor, sizes: Sequence[int],
