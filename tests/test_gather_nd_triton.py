@@ -111,7 +111,7 @@ def test_gather_nd_triton_many_programs(both, monkeypatch):
     """Small blocks: many programs in both grid axes, and partial blocks at every edge."""
     from torch_dml_ops.triton_kernels import gather_nd as kmod
     real = kmod.tuple_blocks
-    monkeypatch.setattr(kmod, "tuple_blocks", lambda n, s, m: real(n, s, 16))
+    monkeypatch.setattr(kmod, "tuple_blocks", lambda s, m, e: real(s, 16, e))
     x = torch.randn(7, 5, 37, device=DEV)
     i = make_indices((19,), (7, 5), torch.int64, negative=True).to(DEV)
     both(lambda: tdo.gather_nd(x, i))
@@ -173,3 +173,18 @@ def test_gather_nd_triton_offsets_beyond_2_31(backend):
     x[-1] = torch.tensor([5, 6], dtype=torch.int16)
     out = tdo.gather_nd(x, torch.tensor([[x.shape[0] - 1], [-1], [0]], device="cuda"))
     assert out.tolist() == [[5, 6], [5, 6], [0, 0]]
+
+
+def test_gather_nd_more_coordinates_than_the_kernel_takes(backend, launches):
+    """Tuples of 9 coordinates (a 10-d input, allowed at the permissive level): the kernel takes
+    8 sizes and strides, so the call runs the portable path, with the same answer."""
+    g = torch.Generator().manual_seed(9)
+    shape = (2,) * 10
+    x = make_data(shape, torch.float32, g).to(DEV)
+    i = make_indices((5,), shape[:9], torch.int64, True, g).to(DEV)
+    backend("triton")
+    got = tdo.gather_nd(x, i)
+    assert not launches
+    assert to_bits(got).tolist() == gather_nd_ref(x, i, 0).tolist()
+    with pytest.raises(IndexError):
+        tdo.gather_nd(x, torch.full((1, 9), 2, device=DEV))

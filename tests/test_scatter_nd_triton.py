@@ -125,7 +125,7 @@ def test_scatter_nd_triton_float_add_deterministic_uses_ordered_path(both, deter
 def test_scatter_nd_triton_many_programs(both, monkeypatch):
     from torch_dml_ops.triton_kernels import scatter_nd as kmod
     real = kmod.tuple_blocks
-    monkeypatch.setattr(kmod, "tuple_blocks", lambda n, s, m: real(n, s, 16))
+    monkeypatch.setattr(kmod, "tuple_blocks", lambda s, m, e: real(s, 16, e))
     g = torch.Generator().manual_seed(9)
     x = torch.randn(9, 7, 37, generator=g).to(DEV)
     i = unique_indices((29,), (9, 7), torch.int32, generator=g).to(DEV)
@@ -186,3 +186,15 @@ def test_scatter_nd_triton_grad(backend):
         (tdo.scatter_nd(xr, i, ur) * torch.arange(15., device=DEV, dtype=torch.float64).view(5, 3)).sum().backward()
         grads.append((xr.grad, ur.grad))
     assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
+def test_scatter_nd_more_coordinates_than_the_kernel_takes(both):
+    """Tuples of 9 coordinates (a 10-d target, allowed at the permissive level): the kernel takes
+    8 sizes and strides, so the call runs the portable path, bit for bit."""
+    g = torch.Generator().manual_seed(9)
+    shape = (2,) * 10
+    x = make_data(shape, torch.float32, g).to(DEV)
+    i = torch.tensor([[0, 1, 0, 1, 0, 1, 0, 1, 0], [1, 1, 1, 1, 1, 1, 1, 1, -1]], device=DEV)
+    u = make_data((2, 2), torch.float32, g).to(DEV)
+    for reduction in ("none", "add"):
+        both(lambda: tdo.scatter_nd(x, i, u, reduction), expect_kernel=False)

@@ -7,6 +7,7 @@ atomics are exact for the dtype (integers) or where order does not matter to the
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -14,34 +15,44 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (NO_VIOLATION, NO_VIOLATION_K, bits_view, launch_guard, refuse_capture,
-                      tuple_blocks, tuple_offsets)
+from .._checks import raise_index_error
+from .._tables import SIGNED_INDEX_DTYPES
+from ._common import (MAX_K, NO_VIOLATION, NO_VIOLATION_K, bits_view, cdiv, dims8, fits32, launch,
+                      launch_guard, refuse_capture, reshaped, tuple_blocks, tuple_offsets,
+                      vec_width)
+
+_SIGNED_IDX = (torch.int64, torch.int32)
 
 # MODE values (constexpr)
 CHECK, CLAIM, STORE_WINNERS, STORE, ADD, MAX, MIN = range(7)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_tuples", "slice_len", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7",
+                               "t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"])
 def _scatter_nd_kernel(
-    out_ptr, upd_ptr, idx_ptr, sizes, strides, aux_ptr,
+    out_ptr, upd_ptr, idx_ptr, s0, s1, s2, s3, s4, s5, s6, s7, t0, t1, t2, t3, t4, t5, t6, t7,
+    aux_ptr,
     n_tuples, slice_len,
-    K: tl.constexpr, SIGNED: tl.constexpr, MODE: tl.constexpr,
+    K: tl.constexpr, SIGNED: tl.constexpr, MODE: tl.constexpr, VEC: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     """One program: tuples [pid_t*BLOCK_T, +BLOCK_T) x slice elements [pid_s*BLOCK_S, +BLOCK_S).
 
     Grid: (cdiv(n_tuples, BLOCK_T), cdiv(slice_len, BLOCK_S)).  ``out`` is ``[rows, slice_len]``
-    and ``upd`` ``[n_tuples, slice_len]``, both contiguous; ``sizes``/``strides``: the K indexed
-    sizes and their row strides, as tuples of scalar arguments.  ``aux_ptr``: the violation flag
+    and ``upd`` ``[n_tuples, slice_len]``, both contiguous; ``s0..s7``/``t0..t7``: the K indexed
+    sizes and their row strides (then zeros), as scalar arguments.  ``aux_ptr``: the violation flag
     (CHECK) or the per-row claim buffer (CLAIM, STORE_WINNERS).  Out-of-range tuples never touch
     memory.  Every atomic is relaxed: each needs atomicity only, never ordering with other
     memory (the claims are read by the next launch, the flag by the host after the kernel).
+    Sizes are not specialised (a new size reuses the compiled kernel); VEC: ``slice_len`` is a
+    multiple of VEC elements and the data 16-byte aligned, so rows move in 16-byte words.
     """
     pid_t = tl.program_id(0)
     pid_s = tl.program_id(1)
     offs_t = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)          # [BLOCK_T]
     mask_t = offs_t < n_tuples
-    row, ok, first_bad = tuple_offsets(idx_ptr, sizes, strides, offs_t, mask_t, K, SIGNED)
+    row, ok, first_bad = tuple_offsets(idx_ptr, (s0, s1, s2, s3, s4, s5, s6, s7),
+                                  (t0, t1, t2, t3, t4, t5, t6, t7), offs_t, mask_t, K, SIGNED)
     if MODE == 0:
         b_first = tl.min(first_bad, axis=0)
         tl.atomic_min(aux_ptr, b_first, mask=(pid_s == 0) & (b_first < NO_VIOLATION_K),
@@ -51,14 +62,18 @@ def _scatter_nd_kernel(
         # (this mode runs with one program along the slice axis)
         tl.atomic_max(aux_ptr + row, offs_t.to(aux_ptr.dtype.element_ty), mask=ok, sem="relaxed")
     else:
+        if VEC > 1:
+            slice_len = (slice_len // VEC) * VEC     # = slice_len: tells the compiler VEC divides it
         offs_s = pid_s.to(tl.int64) * BLOCK_S + tl.arange(0, BLOCK_S)        # [BLOCK_S]
         mask_s = offs_s < slice_len
         if MODE == 2:
             owner = tl.load(aux_ptr + row, mask=ok, other=-1).to(tl.int64)
             ok = ok & (owner == offs_t)
         m = ok[:, None] & mask_s[None, :]                                      # [BLOCK_T, BLOCK_S]
-        b_upd = tl.load(upd_ptr + offs_t[:, None] * slice_len + offs_s[None, :], mask=m)
-        dst = out_ptr + row[:, None] * slice_len + offs_s[None, :]
+        src = offs_t * slice_len
+        dst_row = row * slice_len
+        b_upd = tl.load(upd_ptr + src[:, None] + offs_s[None, :], mask=m)
+        dst = out_ptr + dst_row[:, None] + offs_s[None, :]
         if MODE == 4:
             tl.atomic_add(dst, b_upd, mask=m, sem="relaxed")
         elif MODE == 5:
@@ -94,22 +109,34 @@ def scatter_nd_triton_supports(dtype: torch.dtype, reduction: str, deterministic
     return False
 
 
-def _meta(index_sizes):
-    """(sizes, row strides) of the indexed dimensions: scalar kernel arguments, no device copy."""
+@functools.lru_cache(maxsize=1024)
+def _meta(index_sizes: tuple) -> tuple:
+    """The sizes and row strides of the indexed dimensions, as the kernel's 16 scalar arguments
+    (passed by value: no device copy)."""
     from .._forms import row_major_strides
-    return tuple(index_sizes), tuple(row_major_strides(index_sizes))
+    return dims8(index_sizes) + dims8(row_major_strides(index_sizes))
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(mode, n_tuples, slice_len, k, signed, element_size, vec, meta, max_block, dtypes):
+    """(grid, constexprs, launch key) of one launch: the host arithmetic of a layout, once."""
+    block_t, block_s = tuple_blocks(slice_len, max_block, element_size)
+    moves = mode >= STORE_WINNERS
+    grid = (cdiv(n_tuples, block_t), max(1, cdiv(slice_len, block_s)) if moves else 1)
+    consts = dict(K=k, SIGNED=signed, MODE=mode, VEC=vec, BLOCK_T=block_t, BLOCK_S=block_s)
+    key = ("scatter", dtypes, fits32(*meta, n_tuples, slice_len), tuple(consts.values()))
+    return grid, consts, key
 
 
 def _launch(mode, out2d, upd2d, idx, meta, aux, n_tuples, slice_len, k, max_block):
-    block_t, block_s = tuple_blocks(n_tuples, slice_len, max_block)
-    grid = (triton.cdiv(n_tuples, block_t),
-            max(1, triton.cdiv(slice_len, block_s)) if mode >= STORE_WINNERS else 1)
+    vec = vec_width(out2d.element_size(), slice_len, tensors=(out2d, upd2d)) \
+        if mode >= STORE_WINNERS else 1
+    grid, consts, key = _plan(mode, n_tuples, slice_len, k, idx.dtype in _SIGNED_IDX,
+                              out2d.element_size(), vec, meta, max_block,
+                              (out2d.dtype, upd2d.dtype, idx.dtype, aux.dtype))
     with launch_guard(idx):
-        _scatter_nd_kernel[grid](
-            out2d, upd2d, idx, meta[0], meta[1], aux, n_tuples, slice_len,
-            K=k, SIGNED=idx.dtype in (torch.int64, torch.int32), MODE=mode,
-            BLOCK_T=block_t, BLOCK_S=block_s,
-        )
+        launch(_scatter_nd_kernel, grid, key, (out2d, upd2d, idx, aux),
+               (out2d, upd2d, idx, *meta, aux, n_tuples, slice_len), consts)
 
 
 def scatter_nd_check_triton(index_sizes, indices: torch.Tensor,
@@ -120,9 +147,8 @@ def scatter_nd_check_triton(index_sizes, indices: torch.Tensor,
     flag = torch.full((1,), NO_VIOLATION, dtype=torch.int64, device=indices.device)
     n_tuples = indices.numel() // k
     if n_tuples:
-        idx = indices.contiguous()
-        meta = _meta(index_sizes)
-        _launch(CHECK, flag, flag, idx, meta, flag, n_tuples, 1, k, max_block)
+        _launch(CHECK, flag, flag, indices.contiguous(), _meta(tuple(index_sizes)), flag,
+                n_tuples, 1, k, max_block)
     return flag
 
 
@@ -134,7 +160,7 @@ def scatter_nd_triton(out: torch.Tensor, indices: torch.Tensor, updates: torch.T
     ``indices`` is ``[..., k]`` and in range (checked before); ``updates`` is
     ``indices.shape[:-1] + slice``.  The caller checks ``scatter_nd_triton_supports`` first.
     """
-    index_sizes = list(out.shape[:k])
+    index_sizes = tuple(out.shape[:k])
     slice_len = math.prod(out.shape[k:])
     n_tuples = indices.numel() // k
     if n_tuples == 0 or out.numel() == 0:
@@ -147,7 +173,8 @@ def scatter_nd_triton(out: torch.Tensor, indices: torch.Tensor, updates: torch.T
     out2d, upd2d = dst.view(rows, slice_len), upd.view(n_tuples, slice_len)
     if reduction == "none":
         out2d, upd2d = bits_view(out2d), bits_view(upd2d)
-        if slice_len == 1 and not deterministic:
+        if n_tuples == 1 or (slice_len == 1 and not deterministic):
+            # no two tuples (or single elements, which cannot mix): no claim pass
             _launch(STORE, out2d, upd2d, idx, meta, idx, n_tuples, slice_len, k, max_block)
         else:
             claim = torch.full((rows,), -1, device=out.device,
@@ -171,26 +198,25 @@ def scatter_nd_triton(out: torch.Tensor, indices: torch.Tensor, updates: torch.T
 
 def _compute(op, dst, source, indices, updates, lay, reduction, check, deterministic, fresh):
     """Check (a pre-pass reading only the indices), copy, scatter; the portable path for the
-    dtype/reduction pairs ``scatter_nd_triton_supports`` refuses."""
-    from .._checks import raise_index_error
-    from .._tables import NO_ERROR, SIGNED_INDEX_DTYPES
-    from ..portable.scatter_nd import scatter_nd_torch
-    if not scatter_nd_triton_supports(dst.dtype, reduction, deterministic):
+    dtype/reduction pairs ``scatter_nd_triton_supports`` refuses and for index tuples of more
+    than ``MAX_K`` coordinates."""
+    if not scatter_nd_triton_supports(dst.dtype, reduction, deterministic) or lay.k > MAX_K:
+        from ..portable.scatter_nd import scatter_nd_torch
         scatter_nd_torch(dst, indices, updates, lay, reduction, source, fresh, op=op,
                          deterministic=deterministic, check=check)
         return
-    nat_indices = indices.reshape(lay.natural_indices_shape)
+    nat_indices = reshaped(indices, lay.natural_indices_shape)
     if check:
         refuse_capture(op, indices)
         pos = int(scatter_nd_check_triton(lay.index_sizes, nat_indices).item())  # one host sync
-        if pos != NO_ERROR:
+        if pos != NO_VIOLATION:
             raise_index_error(op, indices, pos, indices.shape, lay.index_sizes,
                               lay.dim_names(dst.dim()), indices.dtype in SIGNED_INDEX_DTYPES,
                               lay.k)
     if source is not None:
         dst.copy_(source)
-    scatter_nd_triton(dst.reshape(lay.natural_input_shape), nat_indices,
-                      updates.reshape(lay.natural_out_shape), lay.k, reduction, deterministic)
+    scatter_nd_triton(reshaped(dst, lay.natural_input_shape), nat_indices,
+                      reshaped(updates, lay.natural_out_shape), lay.k, reduction, deterministic)
 
 
 def _kernels() -> dict:
