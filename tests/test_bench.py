@@ -194,3 +194,14 @@ def test_peer_agrees_on_small_cases(name):
         for r in mine:
             assert not r.error, (c.name, r.error)
             assert r.agreement in (core.EXACT, TIE_ORDER)
+
+
+def test_gpu_bench_without_a_gpu_says_so(capsys):
+    """``python -m torch_dml_ops.bench.gpu`` (the README's GPU numbers) needs CUDA; without it,
+    it says so and succeeds."""
+    import torch
+    from torch_dml_ops.bench import gpu
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the bench would run")
+    assert gpu.main([]) == 0
+    assert "no CUDA device" in capsys.readouterr().out
