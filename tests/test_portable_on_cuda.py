@@ -136,3 +136,125 @@ def test_deterministic_mul_backward(backend, as_on_cuda, deterministic):
     u = (torch.rand(20, 2, dtype=torch.float64) + 0.5).requires_grad_()
     idx = _idx(20, 4, 3, False)
     assert torch.autograd.gradcheck(lambda a, b: tdo.scatter_nd(a, idx, b, "mul"), (x, u))
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """Every host read of tensor data and host-to-device tensor construction: what a CUDA graph
+    cannot capture (``.item()``, ``.tolist()``, ``bool()``/``int()`` of a tensor, ``nonzero``,
+    ``torch.tensor``)."""
+    events = []
+
+    def trap(owner, name):
+        real = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            events.append(name)
+            return real(*args, **kwargs)
+        monkeypatch.setattr(owner, name, wrapper)
+
+    for name in ("item", "tolist", "__bool__", "__int__", "__index__", "nonzero", "cpu"):
+        trap(torch.Tensor, name)
+    for name in ("tensor", "as_tensor", "nonzero"):
+        trap(torch, name)
+    return events
+
+
+def _bad_tuples(n, sizes, dtype=torch.int64, seed=0):
+    """Tuples in range (negative ones too for signed types) with every third one out of range,
+    by one size, below the negative range, or (unsigned) huge."""
+    g = torch.Generator().manual_seed(seed)
+    signed = dtype in (torch.int64, torch.int32)
+    cols = [torch.randint(-s if signed else 0, s, (n,), generator=g) for s in sizes]
+    idx = torch.stack(cols, 1)
+    idx[::3, -1] = sizes[-1]
+    if signed:
+        idx[1::6, 0] = -sizes[0] - 1
+    out = idx.to(dtype)
+    if dtype == torch.uint64:
+        out.view(torch.int64)[2::6, 0] = -5       # 2**64 - 5
+    return out
+
+
+UNCHECKED = {
+    "gather_small": lambda: tdo.gather_nd(torch.randn(6, 5, 3), _bad_tuples(7, (6, 5)),
+                                          check_indices=False),
+    "gather_rows_uint64": lambda: tdo.gather_nd(torch.randn(50, 60, 3),
+                                                _bad_tuples(3000, (50, 60), torch.uint64),
+                                                check_indices=False),
+    "gather_take_int32": lambda: tdo.gather_nd(torch.randn(50, 60),
+                                               _bad_tuples(3000, (50, 60), torch.int32),
+                                               check_indices=False),
+    "gather_strided_batch": lambda: tdo.gather_nd(
+        torch.randn(3, 6, 5, 4).transpose(1, 3), _bad_tuples(3 * 8, (4, 5)).view(3, 8, 2), 1,
+        check_indices=False),
+    "scatter_f16_add": lambda: tdo.scatter_nd(torch.randn(6, 5, 3).half(), _bad_tuples(9, (6, 5)),
+                                              torch.randn(9, 3).half(), "add",
+                                              check_indices=False),
+    "scatter_f32_add_negzero": lambda: tdo.scatter_nd(
+        torch.full((4, 3), -0.0), _bad_tuples(30, (4,)), torch.full((30, 3), -0.0), "add",
+        check_indices=False),
+    "scatter_rows_mul": lambda: tdo.scatter_nd(torch.randn(60, 50, 8), _bad_tuples(3000, (60, 50)),
+                                               torch.randn(3000, 8), "mul", check_indices=False),
+    "scatter_f32_max_nan": lambda: tdo.scatter_nd(
+        torch.randn(2, 2).index_fill_(1, torch.arange(1), float("nan")), _bad_tuples(6, (2, 2)),
+        torch.randn(6), "max", check_indices=False),
+    "scatter_uint16_max": lambda: tdo.scatter_nd(
+        torch.randint(0, 60000, (6, 5, 3)).to(torch.uint16), _bad_tuples(9, (6, 5)),
+        torch.randint(0, 60000, (9, 3)).to(torch.uint16), "max", check_indices=False),
+    "scatter_uint64_min": lambda: tdo.scatter_nd(
+        torch.randint(0, 2**62, (6, 5)).to(torch.uint64), _bad_tuples(9, (6, 5), torch.uint64),
+        torch.randint(0, 2**62, (9,)).to(torch.uint64), "min", check_indices=False),
+    "scatter_int8_min": lambda: tdo.scatter_nd(
+        torch.randint(-100, 100, (6, 5), dtype=torch.int8), _bad_tuples(9, (6, 5)),
+        torch.randint(-100, 100, (9,), dtype=torch.int8), "min", check_indices=False),
+    "scatter_bool_add": lambda: tdo.scatter_nd(
+        torch.zeros(6, 5, dtype=torch.bool), _bad_tuples(9, (6, 5)),
+        torch.ones(9, dtype=torch.bool), "add", check_indices=False),
+    "scatter_bool_mul": lambda: tdo.scatter_nd(
+        torch.ones(6, 5, dtype=torch.bool), _bad_tuples(9, (6, 5)),
+        torch.zeros(9, dtype=torch.bool), "mul", check_indices=False),
+    "scatter_in_place_add": lambda: tdo.scatter_nd_(torch.randn(6, 5, 3).bfloat16(),
+                                                    _bad_tuples(9, (6, 5)),
+                                                    torch.randn(9, 3).bfloat16(), "add",
+                                                    check_indices=False),
+}
+
+
+def _bits(t):
+    return t.view(torch.int8) if t.dtype == torch.bool else \
+        t.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+@pytest.mark.parametrize("name", list(UNCHECKED))
+def test_unchecked_calls_read_nothing_on_the_host(backend, monkeypatch, host_reads, name):
+    """check_indices=False where torch's index kernels assert (CUDA): out-of-range tuples are
+    masked on the device (a gather reads row 0 and zeroes the slice; a reduction sends the
+    reduction's identity to row 0), so nothing is read on the host and the call can be
+    captured in a CUDA graph; the result is the CPU's (which skips the tuples), bit for bit."""
+    backend("torch")
+    torch.manual_seed(2)
+    want = UNCHECKED[name]()
+    host_reads.clear()
+    from torch_dml_ops.portable import gather_nd as pg, scatter_nd as ps
+    for mod in (pg, ps):
+        monkeypatch.setattr(mod, "torch_checks_bounds", lambda t: False, raising=False)
+    torch.manual_seed(2)
+    got = UNCHECKED[name]()
+    assert host_reads == []
+    assert got.dtype == want.dtype and torch.equal(_bits(got), _bits(want))
+
+
+def test_unchecked_deterministic_mul_reads_the_host_once(backend, as_on_cuda, host_reads,
+                                                         deterministic):
+    """The one exception: the ordered product (deterministic mul on CUDA) reads its round
+    sizes once; out-of-range tuples still only multiply row 0 by 1."""
+    backend("torch")
+    x = torch.rand(7, 5, 4, dtype=torch.float64) + 0.5
+    idx = _bad_tuples(300, (7, 5))
+    upd = torch.rand(300, 4, dtype=torch.float64) + 0.5
+    host_reads.clear()
+    got = tdo.scatter_nd(x, idx, upd, "mul", check_indices=False)
+    assert host_reads == ["tolist"]
+    keep = ((idx >= -torch.tensor([7, 5])) & (idx < torch.tensor([7, 5]))).all(1)
+    assert torch.equal(got, _sequential_mul(x, idx[keep] % torch.tensor([7, 5]), upd[keep]))

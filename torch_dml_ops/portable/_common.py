@@ -78,6 +78,29 @@ def in_range(idx2: torch.Tensor, sizes: Sequence[int], signed: bool) -> torch.Te
     return ~_out_of_range(idx2, sizes, signed).any(dim=-1)
 
 
+def masked_rows(idx2: torch.Tensor, sizes: Sequence[int], signed: bool, batch: int = 1,
+                per_batch: int = 1):
+    """``(rows, ok)``: each tuple's row in ``[batch * prod(sizes), slice]`` (negative coordinates
+    of a signed type wrapped), with out-of-range tuples sent to row 0 of their batch, and which
+    tuples were in range.  For ``check_indices=False`` where torch's index kernels assert (CUDA):
+    torch ops on ``idx2``'s device with the sizes as scalars, so no host read and no
+    host-to-device copy (a uint64 of 2**63 or more reads negative in ``idx2``: out of range)."""
+    ok = rows = None
+    stride = 1
+    for j in reversed(range(len(sizes))):
+        c = idx2[:, j].to(torch.int64)
+        if signed:
+            c = torch.where(c < 0, c + sizes[j], c)
+        ok_j = (c >= 0) & (c < sizes[j])
+        c = torch.where(ok_j, c, 0) * stride
+        ok = ok_j if ok is None else ok & ok_j
+        rows = c if rows is None else rows + c
+        stride *= sizes[j]
+    if batch > 1:
+        rows = rows + torch.arange(rows.numel(), device=rows.device) // per_batch * stride
+    return rows, ok
+
+
 def check_and_wrap_plan(op: str, indices: torch.Tensor, idx2: torch.Tensor, sizes: Sequence[int],
                         signed: bool, dim_names: Sequence[str], first: int = 0) -> List[bool]:
     """Range-check the index matrix and say which columns hold negative indices that must wrap

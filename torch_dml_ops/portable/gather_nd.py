@@ -10,7 +10,7 @@ from .._checks import check_gather_nd, check_out, check_storages, resolved, writ
 from .._forms import GatherLayout, backward_layout
 from .._tables import SIGNED_INDEX_DTYPES, bits_view
 from ._common import (as_movable, check_and_wrap_plan, in_range, index_matrix, linear_rows,
-                      report_bad_index, torch_checks_bounds)
+                      masked_rows, report_bad_index, torch_checks_bounds)
 
 #: Up to this many tuples (without batch dims), moving up to SMALL_ELEMENTS elements, one
 #: advanced-indexing call does everything: it wraps negative indices and range-checks each
@@ -30,6 +30,8 @@ def gather_nd_torch(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayou
     """
     if check:
         return _gather_checked(input, indices, lay, out)
+    if not torch_checks_bounds(input):
+        return _gather_masked(input, indices, lay, out)
     try:
         return _gather_checked(input, indices, lay, out)
     except IndexError:
@@ -50,6 +52,24 @@ def _gather_skipping(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayo
         safe = torch.where(ok.unsqueeze(1), idx2, 0).to(torch.int64).reshape(indices.shape)
         res = _gather_checked(input, safe, lay, None)
         bits_view(res).view(n, lay.slice_len).masked_fill_(~ok.unsqueeze(1), 0)
+    return res if out is None else out.copy_(res)
+
+
+def _gather_masked(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayout,
+                   out: Optional[torch.Tensor]) -> torch.Tensor:
+    """``check_indices=False`` where torch's index kernels assert (CUDA): every tuple reads a row
+    in range (an out-of-range one row 0), then its slice is zeroed; no host read, so the call
+    can be captured in a CUDA graph."""
+    n = lay.n_tuples
+    if n == 0 or lay.slice_len == 0 or 0 in lay.index_sizes:    # nothing to read
+        res = torch.zeros(lay.out_shape, dtype=input.dtype, device=input.device)
+        return res if out is None else out.copy_(res)
+    idx2 = index_matrix(indices, n, lay.k, small=False)
+    rows, ok = masked_rows(idx2, lay.index_sizes, indices.dtype in SIGNED_INDEX_DTYPES,
+                           lay.batch, n // lay.batch)
+    src = as_movable(input).reshape(lay.rows, lay.slice_len)
+    res = torch.index_select(src, 0, rows).masked_fill_(~ok.unsqueeze(1), 0)
+    res = res.view(input.dtype).view(lay.out_shape)
     return res if out is None else out.copy_(res)
 
 

@@ -10,7 +10,8 @@ from .._checks import check_out, check_scatter_nd, check_storages, resolved, wri
 from .._forms import GatherLayout, gather_layout
 from .._tables import SIGNED_INDEX_DTYPES, bits_view
 from ._common import (MOVE_AS, SIGN_BIT_64, as_movable, check_and_wrap_plan, flip_sign_bit, in_range,
-                      index_matrix, linear_rows, report_bad_index, torch_checks_bounds)
+                      index_matrix, linear_rows, masked_rows, report_bad_index,
+                      torch_checks_bounds)
 
 _REDUCE_OP = {"mul": "prod", "max": "amax", "min": "amin"}
 # max/min compare values, so an unsigned type cannot be moved as its signed twin: widen instead.
@@ -124,6 +125,8 @@ def scatter_nd_torch(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
     if check:
         return _scatter_checked(dst, indices, updates, lay, reduction, source, fresh, op,
                                 deterministic)
+    if reduction != "none" and not torch_checks_bounds(dst):
+        return _scatter_masked(dst, indices, updates, lay, reduction, source, deterministic)
     try:    # not fresh: every index is checked before the first write, so a retry starts clean
         return _scatter_checked(dst, indices, updates, lay, reduction, source, False, op,
                                 deterministic)
@@ -196,6 +199,42 @@ def _scatter_checked(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
     lin = linear_rows(idx2, sizes, wrap, 1, n_tuples)
     if lin.dtype != torch.int64:
         lin = lin.long()
+    return _reduce_rows(dst, lin, updates, lay, reduction, deterministic)
+
+
+def _identity(dtype: torch.dtype, reduction: str):
+    """The value a reduction leaves every element unchanged with, bits included: x + (-0.0) is
+    x (also -0.0 and NaN payloads), x * 1, max(x, lowest), min(x, highest)."""
+    if reduction == "mul":
+        return 1
+    if dtype.is_floating_point:
+        return {"add": -0.0, "max": float("-inf"), "min": float("inf")}[reduction]
+    if dtype == torch.bool:
+        return False
+    info = torch.iinfo(dtype)
+    return {"add": 0, "max": info.min, "min": info.max}[reduction]
+
+
+def _scatter_masked(dst, indices, updates, lay, reduction, source, deterministic):
+    """``check_indices=False`` for the reductions where torch's index kernels assert (CUDA):
+    an out-of-range tuple lands on row 0 with the reduction's identity as its update (row 0
+    unchanged, bit for bit), so nothing is read on the host (the call can be captured in a CUDA
+    graph) except by deterministic mul's ordered product (one read)."""
+    if source is not None:
+        dst.copy_(source)
+    n = lay.n_tuples
+    if n == 0 or lay.rows * lay.slice_len == 0 or 0 in lay.index_sizes:
+        return dst
+    idx2 = index_matrix(indices, n, lay.k, small=False)
+    rows, ok = masked_rows(idx2, lay.index_sizes, indices.dtype in SIGNED_INDEX_DTYPES)
+    return _reduce_rows(dst, rows, updates, lay, reduction, deterministic, ok)
+
+
+def _reduce_rows(dst, lin, updates, lay, reduction, deterministic, keep=None):
+    """Apply every tuple's slice to its row ``lin`` of ``dst`` (viewed ``[rows, slice]``) with
+    the duplicate policy of ``reduction``; ``keep``: tuples whose update becomes the reduction's
+    identity (``_scatter_masked``)."""
+    rows, slice_len, n_tuples = lay.rows, lay.slice_len, lay.n_tuples
     adt = _arith_dtype(dst.dtype, reduction)
     same_bits = adt.itemsize == dst.dtype.itemsize and adt != torch.bool or adt == dst.dtype
     # uint64 max/min: int64 arithmetic on sign-flipped copies (torch has no uint64 reductions)
@@ -213,6 +252,10 @@ def _scatter_checked(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
         upd = flip_sign_bit(upd)
     else:
         upd = upd.view(adt) if same_bits and adt != upd.dtype else upd.to(adt)
+    if keep is not None:
+        identity = torch.full((), _identity(upd.dtype, reduction), dtype=upd.dtype,
+                              device=upd.device)
+        upd = torch.where(keep.unsqueeze(1), upd, identity)
     if reduction == "none":
         scatter_overwrite_rows(work2d, lin, upd, deterministic)
     elif reduction == "add":
