@@ -18,11 +18,12 @@ The extension uses no Python API at all (it is loaded with ``torch.ops.load_libr
 one binary serves every CPython 3.9+ (``abi3``) and every torch that keeps the stable ABI of
 ``TORCH_TARGET_VERSION``; it compiles against the headers of every torch of ``TORCH_REQUIREMENT``.
 
-Without a C++ compiler, without torch's headers, or where the sources do not compile, the build
-warns (quoting the compiler's errors) and leaves the reason in ``torch_dml_ops/_C.build-error.txt``,
-which the warning at import repeats (pip hides a successful build's output); the package then
-runs the portable torch path on the CPU.  ``TORCH_DML_OPS_REQUIRE_EXTENSION=1`` makes it an
-error instead (CI sets it).
+A build that cannot compile the extension fails, quoting the compiler's errors (without a C++
+compiler, without torch's headers where the build can see them, or where the sources do not
+compile against that torch): a wheel without the kernels is never made silently.  For a machine
+without a compiler, ``TORCH_DML_OPS_SKIP_EXTENSION=1`` builds the package without them, saying
+so; the reason is left in ``torch_dml_ops/_C.build-error.txt``, which the warning at import
+repeats, and the package then runs the portable torch path on the CPU.
 """
 import glob
 import os
@@ -56,14 +57,15 @@ def _torch_dir():
     return None
 
 
-#: Set to 1 (CI does) to make a build that cannot compile the C++ kernels fail instead of warn.
-REQUIRE_ENV = "TORCH_DML_OPS_REQUIRE_EXTENSION"
+#: Set to 1 to build the package without the C++ kernels where they cannot be compiled (no
+#: compiler): the build then warns instead of failing.
+SKIP_ENV = "TORCH_DML_OPS_SKIP_EXTENSION"
 #: Beside the built extension: why the last build of it failed (read by the import warning).
 BUILD_ERROR_FILE = "_C.build-error.txt"
 
 
-def _required() -> bool:
-    return os.environ.get(REQUIRE_ENV, "0").strip() not in ("", "0")
+def _skip_allowed() -> bool:
+    return os.environ.get(SKIP_ENV, "0").strip() not in ("", "0")
 
 
 def _torch_version() -> str:
@@ -77,18 +79,21 @@ def _torch_version() -> str:
     return "unknown"
 
 
-class OptionalBuildExt(build_ext):
-    """Build the C++ kernels where possible; where not, say why, loudly: the compiler's own
-    errors, on stderr and in ``_C.build-error.txt`` beside the package, which the import warning
-    quotes (pip shows a build's output only with -v, or when the build fails).  The build fails
-    only when TORCH_DML_OPS_REQUIRE_EXTENSION=1 (CI)."""
+class CheckedBuildExt(build_ext):
+    """Build the C++ kernels; where they cannot be built, say why: the compiler's own errors, on
+    stderr, and fail the build, unless TORCH_DML_OPS_SKIP_EXTENSION=1, which leaves the reason
+    in ``_C.build-error.txt`` beside the package for the import warning to quote and finishes
+    the build without the extension."""
 
     def run(self):
         self._failure = None
-        try:
-            super().run()
-        except Exception as e:  # no compiler at all, or nothing to copy in place after a failure
-            self._failure = self._failure or (e, "")
+        if _TORCH is None:
+            self._failure = (RuntimeError(_NO_TORCH), "")
+        else:
+            try:
+                super().run()
+            except Exception as e:  # no compiler at all, or nothing to copy after a failure
+                self._failure = self._failure or (e, "")
         for ext in self.extensions:
             self._settle(ext)
 
@@ -139,7 +144,9 @@ class OptionalBuildExt(build_ext):
             return
         e, output = self._failure
         errors = [ln for ln in output.splitlines() if re.search(r"(^|: )(fatal )?error\b", ln)]
-        if errors:
+        if _TORCH is None:
+            why = str(e)
+        elif errors:
             why = (f"its sources do not compile against torch {_torch_version()} (this package "
                    f"supports {TORCH_REQUIREMENT}); the compiler said:\n"
                    + "\n".join("    " + ln for ln in errors[:20]))
@@ -149,43 +156,42 @@ class OptionalBuildExt(build_ext):
         for target, record in zip(self._targets(ext), records):
             if os.path.exists(target):
                 os.remove(target)
+        if not _skip_allowed():
+            raise SystemExit(
+                f"torch_dml_ops: {text}\nTo install without the C++ kernels (CPU calls then run "
+                f"the portable torch path, slower), set {SKIP_ENV}=1.")
+        for record in records:
             os.makedirs(os.path.dirname(record), exist_ok=True)
             with open(record, "w", encoding="utf-8") as f:
                 f.write(why + "\n")
         bar = "=" * 78
-        sys.stderr.write(f"\n{bar}\nWARNING: torch_dml_ops: {text}\n"
-                         "The package works without it (CPU calls run the portable torch path, "
+        sys.stderr.write(f"\n{bar}\nWARNING: torch_dml_ops: {text}\n{SKIP_ENV}=1: the package "
+                         "is installed without it (CPU calls run the portable torch path, "
                          f"slower).\n{bar}\n\n")
-        if _required():
-            raise SystemExit(f"torch_dml_ops: {REQUIRE_ENV}=1 and {text}")
 
 
-ext_modules = []
 _TORCH = _torch_dir()
-if _TORCH is None:
-    _NO_TORCH = ("torch is not installed where this build can see it, so the C++ kernels are not "
-                 "built.  Install torch first (for example: pip install torch==2.13.0), then this "
-                 "package (from a source checkout: pip install -e .)")
-    if _required():
-        raise SystemExit(f"torch_dml_ops: {REQUIRE_ENV}=1 and {_NO_TORCH}")
-    sys.stderr.write(f"\nWARNING: torch_dml_ops: {_NO_TORCH}\n\n")
-else:
-    ext_modules.append(Extension(
-        "torch_dml_ops._C",
-        sources=sorted(glob.glob("torch_dml_ops/csrc/*.cpp")),
-        depends=sorted(glob.glob("torch_dml_ops/csrc/*.h")),
-        include_dirs=[os.path.join(_TORCH, "include")],
-        library_dirs=[os.path.join(_TORCH, "lib")],
-        libraries=["torch_cpu", "c10"],
-        define_macros=[("TORCH_TARGET_VERSION", TORCH_TARGET_VERSION),
-                       ("Py_LIMITED_API", "0x03090000")],
-        extra_compile_args=["-O3", "-std=c++17", "-fvisibility=hidden", "-fno-strict-aliasing"],
-        # torch's libraries sit next to ours in site-packages; an in-process load finds them
-        # already loaded by `import torch`.
-        extra_link_args=["-Wl,-rpath,$ORIGIN/../torch/lib"],
-        py_limited_api=True,
-        language="c++",
-    ))
+_NO_TORCH = ("torch is not installed where this build can see it.  Install torch first (for "
+             "example: pip install torch==2.13.0), then this package in the same environment "
+             "(pip install -e . from a checkout); to build a wheel: pip wheel --no-build-isolation "
+             "--no-deps . or python -m build --wheel --no-isolation (torch is not a build "
+             "requirement: an isolated build would install a second torch)")
+ext_modules = [Extension(
+    "torch_dml_ops._C",
+    sources=sorted(glob.glob("torch_dml_ops/csrc/*.cpp")),
+    depends=sorted(glob.glob("torch_dml_ops/csrc/*.h")),
+    include_dirs=[os.path.join(_TORCH, "include")] if _TORCH else [],
+    library_dirs=[os.path.join(_TORCH, "lib")] if _TORCH else [],
+    libraries=["torch_cpu", "c10"],
+    define_macros=[("TORCH_TARGET_VERSION", TORCH_TARGET_VERSION),
+                   ("Py_LIMITED_API", "0x03090000")],
+    extra_compile_args=["-O3", "-std=c++17", "-fvisibility=hidden", "-fno-strict-aliasing"],
+    # torch's libraries sit next to ours in site-packages; an in-process load finds them
+    # already loaded by `import torch`.
+    extra_link_args=["-Wl,-rpath,$ORIGIN/../torch/lib"],
+    py_limited_api=True,
+    language="c++",
+)]
 
 setup(
     name="torch_dml_ops",
@@ -202,7 +208,7 @@ setup(
     package_data={"torch_dml_ops": ["py.typed", "csrc/*.h", "csrc/*.cpp"]},
     package_dir={"torch_dml_ops": "torch_dml_ops", "torch_dml_ops.triton_kernels": "triton_kernels"},
     ext_modules=ext_modules,
-    cmdclass={"build_ext": OptionalBuildExt},
+    cmdclass={"build_ext": CheckedBuildExt},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},
     # The stable ABI of TORCH_TARGET_VERSION; the releases CI tests (README, "Installation").
     install_requires=[TORCH_REQUIREMENT],
@@ -216,8 +222,10 @@ setup(
         # setuptools: tests/test_packaging.py builds the wheel without build isolation, which
         # needs bdist_wheel in setuptools itself (70.1+; torch 2.10 does not bring setuptools).
         # mypy: tests/test_typing.py.
+        # build: tests/test_packaging.py checks what an isolated PEP 517 build does.
         "test": ["pytest", "hypothesis", "numpy", "triton>=3.0", "mypy",
-                 "onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.20", "setuptools>=70.1"],
+                 "onnx>=1.16", "onnxscript>=0.5", "onnxruntime>=1.20", "setuptools>=70.1",
+                 "build"],
         # python -m torch_dml_ops.bench: the peers it compares with, and the plot.  Never needed
         # by the tests (their peer tests skip without them).
         "bench": ["numpy", "matplotlib", "onnx", "onnxruntime", "jax",

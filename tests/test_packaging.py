@@ -185,9 +185,10 @@ def test_torch_ops_overloads_have_docstrings():
 
 
 @pytest.mark.skipif(not _HAS_CXX, reason="no C++ compiler: the C++ kernels are optional")
-def test_a_build_that_does_not_compile_says_why(tmp_path):
-    """The compiler's error reaches the build's warning, the record beside the package and the
-    warning at import; TORCH_DML_OPS_REQUIRE_EXTENSION=1 turns it into a failed build."""
+def test_a_build_that_does_not_compile_fails_saying_why(tmp_path):
+    """The compiler's error fails the build, with the way out (TORCH_DML_OPS_SKIP_EXTENSION=1);
+    with it, the build succeeds without the extension and the reason reaches the build's
+    warning, the record beside the package and the warning at import."""
     src = tmp_path / "src"
     src.mkdir()
     shutil.copy(ROOT / "setup.py", src)
@@ -198,8 +199,15 @@ def test_a_build_that_does_not_compile_says_why(tmp_path):
                     ignore=shutil.ignore_patterns("__pycache__"))
     first = sorted((src / "torch_dml_ops" / "csrc").glob("*.cpp"))[0]
     first.write_text("#error deliberately broken\n" + first.read_text())
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_DML_OPS_REQUIRE_EXTENSION"}
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DML_OPS_SKIP_EXTENSION"}
     build = [sys.executable, "setup.py", "-q", "build_ext", "--inplace"]
+    res = subprocess.run(build, cwd=src, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode != 0
+    assert "error: #error deliberately broken" in res.stderr
+    assert "the C++ extension was not built" in res.stderr
+    assert "TORCH_DML_OPS_SKIP_EXTENSION=1" in res.stderr
+    assert not list((src / "torch_dml_ops").glob("_C*.so"))
+    env["TORCH_DML_OPS_SKIP_EXTENSION"] = "1"
     res = subprocess.run(build, cwd=src, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert "error: #error deliberately broken" in res.stderr.split("WARNING: torch_dml_ops:")[1]
@@ -212,6 +220,28 @@ def test_a_build_that_does_not_compile_says_why(tmp_path):
     res = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300, env={**env, "PYTHONPATH": str(src)})
     assert "#error deliberately broken" in res.stdout, res.stdout + res.stderr
-    env["TORCH_DML_OPS_REQUIRE_EXTENSION"] = "1"
-    res = subprocess.run(build, cwd=src, env=env, capture_output=True, text=True, timeout=600)
-    assert res.returncode != 0 and "TORCH_DML_OPS_REQUIRE_EXTENSION=1" in res.stderr, res.stderr
+
+
+def test_pyproject_builds_with_setuptools_and_never_asks_for_torch():
+    """PEP 517 through setuptools; torch is not a build requirement (an isolated build would
+    install a second, several-GB torch), nor anything that needs it."""
+    tomllib = pytest.importorskip("tomllib")
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        system = tomllib.load(f)["build-system"]
+    assert system["build-backend"] == "setuptools.build_meta"
+    assert not [r for r in system["requires"] if re.match(r"(torch|triton)\b", r)]
+
+
+def test_isolated_build_that_cannot_see_torch_fails_saying_what_to_do(tmp_path):
+    """``python -m build --wheel`` (an isolated environment without torch) cannot compile the
+    kernels: it fails, naming the builds that work, rather than making a wheel without them."""
+    pytest.importorskip("build")
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DML_OPS_SKIP_EXTENSION"}
+    res = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path),
+                          str(ROOT)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out
+    assert "torch is not installed where this build can see it" in out
+    assert "--no-isolation" in out and "TORCH_DML_OPS_SKIP_EXTENSION=1" in out
+    assert not list(tmp_path.glob("*.whl"))

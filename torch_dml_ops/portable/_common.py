@@ -85,19 +85,20 @@ def masked_rows(idx2: torch.Tensor, sizes: Sequence[int], signed: bool, batch: i
     tuples were in range.  For ``check_indices=False`` where torch's index kernels assert (CUDA):
     torch ops on ``idx2``'s device with the sizes as scalars, so no host read and no
     host-to-device copy (a uint64 of 2**63 or more reads negative in ``idx2``: out of range)."""
-    ok = rows = None
+    n = idx2.shape[0]
+    ok = torch.ones(n, dtype=torch.bool, device=idx2.device)
+    rows = torch.zeros(n, dtype=torch.int64, device=idx2.device)
     stride = 1
     for j in reversed(range(len(sizes))):
         c = idx2[:, j].to(torch.int64)
         if signed:
             c = torch.where(c < 0, c + sizes[j], c)
         ok_j = (c >= 0) & (c < sizes[j])
-        c = torch.where(ok_j, c, 0) * stride
-        ok = ok_j if ok is None else ok & ok_j
-        rows = c if rows is None else rows + c
+        ok &= ok_j
+        rows += torch.where(ok_j, c, 0) * stride
         stride *= sizes[j]
     if batch > 1:
-        rows = rows + torch.arange(rows.numel(), device=rows.device) // per_batch * stride
+        rows += torch.arange(n, device=rows.device) // per_batch * stride
     return rows, ok
 
 
