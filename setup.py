@@ -39,7 +39,7 @@ from setuptools.command.build_ext import build_ext
 #: get_num_threads, std::string arguments); they compile against the headers of every torch
 #: of TORCH_REQUIREMENT.
 TORCH_TARGET_VERSION = "0x020a000000000000"
-#: The torch releases supported; CI tests the lowest, 2.13.0 and the newest (.ci/run, README).
+#: The torch releases supported; CI tests the lowest, 2.13.0 and the newest (.ci/run, docs/packaging.md).
 TORCH_REQUIREMENT = "torch>=2.10,<2.15"
 
 
@@ -210,7 +210,7 @@ setup(
     ext_modules=ext_modules,
     cmdclass={"build_ext": CheckedBuildExt},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},
-    # The stable ABI of TORCH_TARGET_VERSION; the releases CI tests (README, "Installation").
+    # The stable ABI of TORCH_TARGET_VERSION; the releases CI tests (docs/packaging.md).
     install_requires=[TORCH_REQUIREMENT],
     extras_require={
         # Triton is optional: without it the portable path runs everywhere.  Its CPU interpreter

@@ -5,7 +5,7 @@ compile for a real GPU (sm_80 and sm_90), with triton's own binding of the real 
 variants below are the ones a GPU user gets.  This reads their cubin and PTX: registers and
 spills, 64-bit divisions, 16-byte vector accesses, atomics and fences, the selection in top-k;
 and counts the variants compiled while sizes change call to call.  What it cannot show is speed:
-that is measured on a GPU (README, "GPU").
+that is measured on a GPU (docs/benchmarks.md, "Speed on a GPU").
 
 The whole set of calls (big top-k blocks included): ``python tests/triton_variants.py 90 all``.
 """

@@ -345,15 +345,15 @@ def test_top_k1_k_equal_to_size_allowed_and_axis_error_type():
     assert issubclass(tdo.ConstraintIndexError, IndexError)
 
 
-def test_readme_sample_level_message_is_the_real_one():
-    """The README quotes a feature-level refusal; it must be what the library raises (issue 19:
-    its wording had drifted)."""
+def test_docs_sample_level_message_is_the_real_one():
+    """docs/semantics.md quotes a feature-level refusal; it must be what the library raises
+    (issue 19: its wording had drifted)."""
     import pathlib
     import re
-    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "semantics.md").read_text()
     quoted = re.search(r"e\.g\. `(gather_nd: IndicesTensor has dtype torch\.int64.*?)`\.", readme,
                        re.S)
-    assert quoted, "the README's sample message is gone"
+    assert quoted, "the sample message is gone from docs/semantics.md"
     with tdo.feature_level("2_1"), pytest.raises(tdo.ConstraintTypeError) as e:
         tdo.gather_nd(torch.randn(3), torch.tensor([[1]]))
     assert " ".join(quoted.group(1).split()) == str(e.value)

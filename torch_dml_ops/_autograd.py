@@ -134,7 +134,7 @@ class Differentiable:
         """``call`` for the public functions: in plain eager mode without a derivative it goes
         straight to the backend kernel the dispatcher would pick (the same registered kernel,
         below the Autograd key), skipping the Python Autograd kernel, which costs as much as a
-        small call (the README's per-call table)."""
+        small call (docs/benchmarks.md, the per-call table)."""
         if not derivative_needed(args[:self.n_tensors]):
             keyset = eager_keyset(args[:self.n_tensors])
             if keyset is not None:

@@ -233,7 +233,7 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
             inputs).  Not differentiable, like torch's ``out=`` functions.
 
     Feature levels: inside ``with torch_dml_ops.feature_level("2_1"):`` the DirectML tables of that
-    level are enforced (see the README).
+    level are enforced (see docs/semantics.md).
 
     Raises:
         ConstraintError (a ValueError): a shape, rank or feature-level rule is violated.

@@ -1,4 +1,4 @@
-"""The GPU numbers of the README: ``python -m torch_dml_ops.bench.gpu`` (a CUDA device needed).
+"""The GPU numbers of docs/benchmarks.md: ``python -m torch_dml_ops.bench.gpu`` (CUDA needed).
 
 Two measures, each against torch's own CUDA op for the same work:
 

@@ -1,8 +1,7 @@
 """torch_dml_ops.onnx: export models that call the ops to standard ONNX (opset 18).
 
 ``gather_nd`` becomes GatherND, ``scatter_nd`` ScatterND, ``top_k1`` TopK, with a few extra
-standard nodes where onnxruntime's semantics or kernels differ from eager (see the README's
-"ONNX export" section)::
+standard nodes where onnxruntime's semantics or kernels differ from eager (see docs/onnx.md)::
 
     import torch_dml_ops.onnx as tdo_onnx
     onnx_program = tdo_onnx.export(model, args, dynamic_shapes=...)

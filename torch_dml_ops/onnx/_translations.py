@@ -179,7 +179,7 @@ def _topk_key(input):
     if dt in _FLOATS:
         # Eager orders NaN above +inf in both directions and -0.0 equal to +0.0.  In float64,
         # +inf becomes DOUBLE_MAX and NaN +inf: every float32/float16/bfloat16 value keeps its
-        # place, and NaN sorts above all.  (float64 data: see the README's known differences.)
+        # place, and NaN sorts above all.  (float64 data: see docs/onnx.md, known differences.)
         x = op.Cast(input, to=_DOUBLE)
         pinf = op.Constant(value=ir.tensor(float("inf"), dtype=_T.DOUBLE))
         x = op.Where(op.Equal(x, pinf), op.Constant(value=ir.tensor(_DOUBLE_MAX, dtype=_T.DOUBLE)), x)
