@@ -74,13 +74,6 @@ std::optional<std::pair<int64_t, int64_t>> dimension_count_rule(Level level,
   return std::make_pair<int64_t, int64_t>(4, 4);
 }
 
-bool call_bool(const char* name, const Tensor& t) {
-  std::array<StableIValue, 1> stack{torch::stable::detail::from(t)};
-  TDO_SHIM_CHECK(
-      torch_call_dispatcher(name, "", stack.data(), TORCH_ABI_VERSION));
-  return torch::stable::detail::to<bool>(stack[0]);
-}
-
 int64_t extent(const Tensor& t) {
   // elements from the first to one past the last (t has elements)
   if (t.is_contiguous()) return t.numel();
@@ -373,6 +366,13 @@ void check_storage(const char* op, const char* role, const Tensor& t) {
                   " bytes (shape ", py_tuple(t.sizes()), ", stride ", py_tuple(t.strides()),
                   ", storage offset ", t.storage_offset(), ", ", t.element_size(),
                   "-byte elements; was its storage resized?)");
+}
+
+bool call_bool(const char* name, const Tensor& t) {
+  std::array<StableIValue, 1> stack{torch::stable::detail::from(t)};
+  TDO_SHIM_CHECK(
+      torch_call_dispatcher(name, "", stack.data(), TORCH_ABI_VERSION));
+  return torch::stable::detail::to<bool>(stack[0]);
 }
 
 bool is_neg(const Tensor& t) { return call_bool("aten::is_neg", t); }

@@ -58,6 +58,8 @@ Tensor resolved(const Tensor& t);
 void check_out(const char* op, const Tensor& out, const Shape& shape, ScalarType dtype,
                const std::vector<Named>& inputs, const char* name = "OutputTensor (out)");
 // The negative bit of a written tensor: the kernels write raw memory.
+// A boxed aten query returning a bool (aten::is_neg, aten::is_inference), through the dispatcher.
+bool call_bool(const char* name, const Tensor& t);
 bool is_neg(const Tensor& t);
 // Record a write into t (the caller's out= or in-place target) on its version counter, before
 // the first write, as torch's in-place and out= ops do (autograd detects stale saved tensors by

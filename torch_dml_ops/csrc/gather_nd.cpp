@@ -77,13 +77,6 @@ Tensor empty_like_dtype(const Tensor& like, const Dims& shape) {
   return t;
 }
 
-bool call_bool(const char* op_name, const Tensor& t) {
-  std::array<StableIValue, 1> stack{torch::stable::detail::from(t)};
-  TDO_SHIM_CHECK(
-      torch_call_dispatcher(op_name, "", stack.data(), TORCH_ABI_VERSION));
-  return torch::stable::detail::to<bool>(stack[0]);
-}
-
 // An out= whose write torch refused (try_mark_written, checks.h); neg: its is_inference() query would read
 // false (as above), and an inference tensor outside inference mode is the only refusal known.
 [[noreturn]] void refuse_write(const Tensor& out, bool neg) {

@@ -45,34 +45,18 @@ namespace {
 
 // Work one thread gets at least, in element-steps (a row of n counts n for k == 1, 4n for the
 // selections): calls below ~2x this run on the calling thread.
-#ifndef TDO_TOPK_GRAIN
-#define TDO_TOPK_GRAIN (int64_t(1) << 15)
-#endif
+constexpr int64_t kGrain = int64_t(1) << 15;
 // When there are fewer rows than threads, rows of at least 2 * kSegMin elements are split into
 // segments (>= kSegMin each) whose candidates are merged.
-#ifndef TDO_TOPK_SEG_MIN
-#define TDO_TOPK_SEG_MIN (int64_t(1) << 15)
-#endif
+constexpr int64_t kSegMin = int64_t(1) << 15;
 // The candidate buffer holds k + max(k, kCapMin) entries (fewer selections for small k).
-#ifndef TDO_TOPK_CAP_MIN
-#define TDO_TOPK_CAP_MIN int64_t(64)
-#endif
+constexpr int64_t kCapMin = 64;
 // Up to this k the k best so far are kept sorted (insertions are rare and short); above, in an
 // unordered buffer re-selected when full.
-#ifndef TDO_TOPK_SORTED_MAX_K
-#define TDO_TOPK_SORTED_MAX_K int64_t(32)
-#endif
+constexpr int64_t kSortedMaxK = 32;
 // Rows at least this long take 64-bit keys whatever the dtype (the index half of a 32-bit-key
 // composite holds indices below 2**32).
-#ifndef TDO_TOPK_NARROW_ROW_LIMIT
-#define TDO_TOPK_NARROW_ROW_LIMIT (int64_t(1) << 32)
-#endif
-// (The macros let a test build shrink the thresholds, so that small inputs take every path.)
-constexpr int64_t kGrain = TDO_TOPK_GRAIN;
-constexpr int64_t kSegMin = TDO_TOPK_SEG_MIN;
-constexpr int64_t kCapMin = TDO_TOPK_CAP_MIN;
-constexpr int64_t kSortedMaxK = TDO_TOPK_SORTED_MAX_K;
-constexpr int64_t kNarrowRowLimit = TDO_TOPK_NARROW_ROW_LIMIT;
+constexpr int64_t kNarrowRowLimit = int64_t(1) << 32;
 
 // Keys are computed a block of KB elements at a time (stays in L1).
 constexpr int64_t KB = 256;
