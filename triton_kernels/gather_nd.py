@@ -61,7 +61,8 @@ def _gather_nd_kernel(
         mask_s = offs_s < slice_len
         dst = offs_t * slice_len
         if VEC > 1:
-            src = tl.multiple_of(src, VEC)
+            src = (src // VEC) * VEC     # = src: tells the compiler VEC divides it (multiple_of
+            # on a computed offset is not kept by every triton: 3.6 drops it)
         if UNIT_SLICE:
             src_s = offs_s
         else:
