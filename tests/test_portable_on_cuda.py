@@ -19,24 +19,25 @@ def as_on_cuda(monkeypatch):
         monkeypatch.setattr(mod, "torch_checks_bounds", lambda t: False, raising=False)
 
 
+def _record_calls(monkeypatch, calls, owner, names):
+    """Wrap ``owner.<name>`` for each name so that every call appends the name to ``calls``."""
+    for name in names:
+        real = getattr(owner, name)
+
+        def wrapper(*args, __real=real, __name=name, **kwargs):
+            calls.append(__name)
+            return __real(*args, **kwargs)
+        monkeypatch.setattr(owner, name, wrapper)
+
+
 @pytest.fixture
 def index_ops(monkeypatch):
     """The torch indexing ops called (the ones that assert on CUDA), by name."""
     calls = []
-
-    def spy(owner, name):
-        real = getattr(owner, name)
-
-        def wrapper(*args, **kwargs):
-            calls.append(name)
-            return real(*args, **kwargs)
-        monkeypatch.setattr(owner, name, wrapper)
-
-    for name in ("index_put_", "index_select", "index_copy_", "index_add_", "scatter_reduce_",
-                 "index_reduce_", "take"):
-        spy(torch.Tensor, name)
-    for name in ("index_select", "take"):
-        spy(torch, name)
+    _record_calls(monkeypatch, calls, torch.Tensor,
+                  ("index_put_", "index_select", "index_copy_", "index_add_", "scatter_reduce_",
+                   "index_reduce_", "take"))
+    _record_calls(monkeypatch, calls, torch, ("index_select", "take"))
     real_getitem = torch.Tensor.__getitem__
 
     def getitem(self, key):
@@ -144,19 +145,9 @@ def host_reads(monkeypatch):
     cannot capture (``.item()``, ``.tolist()``, ``bool()``/``int()`` of a tensor, ``nonzero``,
     ``torch.tensor``)."""
     events = []
-
-    def trap(owner, name):
-        real = getattr(owner, name)
-
-        def wrapper(*args, **kwargs):
-            events.append(name)
-            return real(*args, **kwargs)
-        monkeypatch.setattr(owner, name, wrapper)
-
-    for name in ("item", "tolist", "__bool__", "__int__", "__index__", "nonzero", "cpu"):
-        trap(torch.Tensor, name)
-    for name in ("tensor", "as_tensor", "nonzero"):
-        trap(torch, name)
+    _record_calls(monkeypatch, events, torch.Tensor,
+                  ("item", "tolist", "__bool__", "__int__", "__index__", "nonzero", "cpu"))
+    _record_calls(monkeypatch, events, torch, ("tensor", "as_tensor", "nonzero"))
     return events
 
 

@@ -149,7 +149,7 @@ def _stages(rows: int, n: int, k: int, dtype: torch.dtype, largest: bool,
     base = dict(IS_FLOAT=dtype in _FLOAT, INF_BITS=inf_bits, ABS_MASK=abs_mask,
                 ZEXT_MASK=_UNSIGNED_MASK.get(dtype, 0), FLIP=dtype == torch.uint32,
                 DESC=largest)
-    element_size = torch.empty((), dtype=dtype).element_size()
+    element_size = dtype.itemsize
     stages = []
 
     def stage(cur_n, blk, from_keys, final, n_out_per_row):
