@@ -60,8 +60,17 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cpu_kernels_simd() -> str:
+    """The SIMD level the C++ CPU kernels run (TORCH_DML_OPS_CPU_ISA caps it)."""
+    from .._library import extension_loaded
+    if not extension_loaded():
+        return "C++ kernels not built"
+    return f"C++ kernels: {torch.ops.torch_dml_ops._cpu_isa()}"
+
+
 def machine_description(device: str) -> str:
-    cpu = f"{_cpu_model()}, {os.cpu_count()} logical CPUs, {platform.machine()} {platform.system()}"
+    cpu = (f"{_cpu_model()}, {os.cpu_count()} logical CPUs, {platform.machine()} "
+           f"{platform.system()}, {_cpu_kernels_simd()}")
     if device == "cuda":
         return f"{torch.cuda.get_device_name()} (host: {cpu})"
     return cpu

@@ -2,6 +2,7 @@
 #include "checks.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <array>
 #include <set>
 #include <string>
@@ -328,6 +329,43 @@ void check_natural_ranks(const char* op, const std::vector<const char*>& names,
                   " the DimensionCount is ", count, ", so a natural-form tensor may have at most ",
                   rule->second, " dimensions (it is padded with leading 1s)");
     }
+}
+
+namespace {
+Isa detect_isa() {
+  Isa hw = Isa::Scalar;
+#ifdef TDO_X86_SIMD
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c"))
+    hw = Isa::Avx2;
+  if (hw == Isa::Avx2 && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl"))
+    hw = Isa::Avx512;
+#endif
+  const char* want = std::getenv("TORCH_DML_OPS_CPU_ISA");
+  Isa cap = Isa::Avx512;
+  if (want) {
+    const std::string w(want);
+    if (w == "scalar") cap = Isa::Scalar;
+    else if (w == "avx2") cap = Isa::Avx2;
+  }
+  return static_cast<int>(cap) < static_cast<int>(hw) ? cap : hw;
+}
+}  // namespace
+
+Isa cpu_isa() {
+  static const Isa isa = detect_isa();
+  return isa;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return "avx512";
+    case Isa::Avx2: return "avx2";
+    default: return "scalar";
+  }
 }
 
 std::string tables() {

@@ -68,6 +68,28 @@ constexpr int64_t kNoError = INT64_MAX;
 constexpr int kMaxThreads = 64;
 
 // ------------------------------------------------------------------------------------------
+// SIMD level, chosen at run time
+// ------------------------------------------------------------------------------------------
+
+// x86-64 with GCC or clang: kernels are also compiled for AVX2 and AVX-512 (function target
+// attributes) and picked at run time; elsewhere only the portable (compiler-vectorized) code.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TDO_X86_SIMD 1
+#define TDO_TARGET_AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt,fma,f16c")))
+#define TDO_TARGET_AVX512                                                                   \
+  __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt,fma,f16c,avx512f,avx512bw,avx512dq,"   \
+                        "avx512vl,prefer-vector-width=512")))
+#endif
+
+// The widest instruction set the kernels use: the CPU's (AVX-512 means F, BW, DQ and VL),
+// capped by the environment variable TORCH_DML_OPS_CPU_ISA ("scalar", "avx2" or "avx512",
+// read once, at the first call; anything else is ignored) so that each path can be tested and
+// compared on one machine.  "scalar" is the portable code (SSE2, the x86-64 baseline, there).
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+Isa cpu_isa();
+const char* isa_name(Isa isa);
+
+// ------------------------------------------------------------------------------------------
 // str arguments
 // ------------------------------------------------------------------------------------------
 

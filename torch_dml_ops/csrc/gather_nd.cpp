@@ -356,7 +356,7 @@ using RowCopy = void (*)(char* dst, const char* src, int64_t rb);
 
 RowCopy row_copy() {
 #ifdef TDO_X86_AVX2
-  static const RowCopy fn = __builtin_cpu_supports("avx2") ? copy_row_avx2 : copy_row_sse;
+  static const RowCopy fn = cpu_isa() >= Isa::Avx2 ? copy_row_avx2 : copy_row_sse;
   return fn;
 #else
   return copy_row_sse;
@@ -669,7 +669,7 @@ const HalfOps& half_ops() {
   using F = AddInFloat<half_to_float, float_to_half>;
 #ifdef TDO_X86_AVX2
   static const HalfOps ops =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")
+      cpu_isa() >= Isa::Avx2  // AVX2 here implies F16C (cpu_isa)
           ? HalfOps{half_add_rounded_f16c, half_add_in_float_f16c, half_finish_f16c}
           : HalfOps{R::add, F::add, F::finish};
 #else

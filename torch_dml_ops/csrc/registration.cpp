@@ -12,6 +12,10 @@ namespace {
 // (torch_dml_ops/_tables.py).
 std::string tables() { return tdo::tables(); }
 
+// The SIMD level the CPU kernels run ("avx512", "avx2" or "scalar": tdo::cpu_isa, which
+// TORCH_DML_OPS_CPU_ISA caps), for the benchmark's machine line and the tests of each path.
+std::string cpu_isa() { return tdo::isa_name(tdo::cpu_isa()); }
+
 }  // namespace
 
 #define TDO_GATHER_ARGS                                                                      \
@@ -41,8 +45,10 @@ STABLE_TORCH_LIBRARY(torch_dml_ops, m) {
         "ScalarType? index_dtype=None, str feature_level='permissive') -> "
         "(Tensor values, Tensor indices)");
   m.def("_tables() -> str");
+  m.def("_cpu_isa() -> str");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(torch_dml_ops, CompositeExplicitAutograd, m) {
   m.impl("_tables", TORCH_BOX(&tables));
+  m.impl("_cpu_isa", TORCH_BOX(&cpu_isa));
 }

@@ -12,17 +12,19 @@
 // bool: its byte.  Values are copied back from the input at the selected index, so their bits are
 // exact (NaN payloads, -0.0).
 //
-// Per row (or row segment), keys are computed a block at a time, with the max of every 16.
-// k <= kSortedMaxK: the k best so far are kept sorted; the k-th one's key is a threshold, and an
-// element is a candidate only if its key is strictly greater (the scan is in index order, so a
-// later equal key never beats an earlier one); 16 keys whose max is not above it are rejected at
-// once, so on most data a candidate (an insertion) is rare.  Larger k: the first `cap` elements
-// go to an unordered buffer; once full, a selection keeps its k best and sets the threshold, and
-// the buffer is re-selected whenever it fills again; the k winners are sorted at the end (k == n:
-// one sort).  k == 1 is a block-wise max.  Rows are spread over torch's threads (cost rule:
-// kGrain in element-steps, a row counting n for k == 1 and 4n otherwise); rows fewer than the
-// threads are split into segments whose candidates are merged.  Measured (EPYC, 4096 rows of 1024
-// float32, one thread): k = 32 sorted 28.7 ms vs buffer 37.6 ms; k = 8 12.1 vs 19.8 ms.
+// Per row (or row segment), a block of KB elements at a time: one vectorized pass computes the
+// block's keys and the maxima of its L interleaved groups (element j in group j % L); the pass
+// is compiled portable, for AVX2 and for AVX-512, picked at run time (cpu_isa).  Candidates are
+// the keys at least a bound on the k-th best of the row so far: the k-th best key + 1 once
+// known (the scan is in index order, so a later equal key never beats it), raised within a
+// block to the k-th largest group maximum (k groups hold a key that large).  A block whose
+// maximum is below the bound is skipped whole; else its candidates are appended branch-free
+// from the groups that reach the bound, and the buffer is cut back to the k best (after every
+// block for k <= kSelectEachBlockMaxK, when full above).  On random data a row of 1024 with
+// k = 8 appends ~30 keys in all: the cost is the pass, about one read of the row.  The k
+// winners are sorted at the end (k == n: one sort).  k == 1 is a block-wise max.  Rows are
+// spread over torch's threads (cost rule: kGrain in element-steps); rows fewer than the
+// threads are split into segments whose candidates are merged.
 //
 // Memory safety: every rule of the Python check (_checks.check_top_k1) is enforced first, with
 // its messages; then the input must be a dense CPU tensor whose storage holds every byte it
@@ -36,6 +38,11 @@
 #include "checks.h"
 
 #include <array>
+
+#ifdef TDO_X86_SIMD
+#include <immintrin.h>
+#endif
+#include <limits>
 #include <memory>
 #include <new>
 #include <tuple>
@@ -49,19 +56,21 @@ constexpr int64_t kGrain = int64_t(1) << 15;
 // When there are fewer rows than threads, rows of at least 2 * kSegMin elements are split into
 // segments (>= kSegMin each) whose candidates are merged.
 constexpr int64_t kSegMin = int64_t(1) << 15;
-// The candidate buffer holds k + max(k, kCapMin) entries (fewer selections for small k).
-constexpr int64_t kCapMin = 64;
 // Up to this k the k best so far are kept sorted (insertions are rare and short); above, in an
-// unordered buffer re-selected when full.
-constexpr int64_t kSortedMaxK = 32;
+// unordered buffer cut back to the k best when full.
+constexpr int64_t kSortedMaxK = 16;
 // Rows at least this long take 64-bit keys whatever the dtype (the index half of a 32-bit-key
 // composite holds indices below 2**32).
 constexpr int64_t kNarrowRowLimit = int64_t(1) << 32;
 
-// Keys are computed a block of KB elements at a time (stays in L1).
-constexpr int64_t KB = 256;
-// The threshold test rejects this many keys at once.
-constexpr int64_t SUB = 16;
+// Keys are computed a block of KB elements at a time (8 or 16 KiB of keys: stays in L1); a
+// row of 1024 is one block.
+constexpr int64_t KB = 2048;
+// A block is seen as L interleaved groups (element j in group j % L), each with its maximum.
+constexpr int L = 16;
+// The native pass makes its candidate masks this many elements at a time, each chunk with the
+// threshold as it has risen.
+constexpr int64_t kChunk = 256;
 
 using u128 = unsigned __int128;
 
@@ -102,15 +111,16 @@ using KeyU32 = IntKey<uint32_t, 0>;
 using KeyU16 = IntKey<uint16_t, 0>;
 using KeyU8 = IntKey<uint8_t, 0>;  // uint8, and bool (its byte)
 
-// kb[j] = key(x[s + j]) ^ mask for j < len; returns the largest.  With sm, also the largest key
-// of every SUB keys into sm (the threshold test skips such a chunk with one comparison); without
-// (k == 1), a plain max loop.
+// The block pass: kb[j] = key(x[s + j]) ^ mask for j < len (<= KB); returns the largest.  With
+// lanes, also lanes[g] = the largest kb[j] with j % L == g (0 where there is none, g >= len):
+// the block as L interleaved groups, whose maxima bound the k-th best (scan).  Branch-free and
+// in lane order, so that the compiler vectorizes it for each instruction set it is built for.
 template <class D, class KT>
 [[gnu::always_inline]] inline KT block_keys(const void* x, int64_t s, int64_t len, KT mask,
-                                            KT* kb, KT* sm) {
-  const typename D::UT* p = static_cast<const typename D::UT*>(x) + s;
-  KT mx = 0;
-  if (!sm) {
+                                            KT* __restrict kb, KT* __restrict lanes) {
+  const typename D::UT* __restrict p = static_cast<const typename D::UT*>(x) + s;
+  if (!lanes) {
+    KT mx = 0;
     for (int64_t j = 0; j < len; j++) {
       KT key = static_cast<KT>(D::key(p[j])) ^ mask;
       kb[j] = key;
@@ -118,34 +128,151 @@ template <class D, class KT>
     }
     return mx;
   }
-  for (int64_t c = 0; c < len; c += SUB) {
-    int64_t e = c + SUB < len ? c + SUB : len;
-    KT cm = 0;
-    for (int64_t j = c; j < e; j++) {
-      KT key = static_cast<KT>(D::key(p[j])) ^ mask;
-      kb[j] = key;
-      cm = key > cm ? key : cm;
+  KT acc[L] = {};
+  const int64_t full = len - len % L;
+  for (int64_t v = 0; v < full; v += L) {
+    for (int g = 0; g < L; g++) {
+      KT key = static_cast<KT>(D::key(p[v + g])) ^ mask;
+      kb[v + g] = key;
+      acc[g] = key > acc[g] ? key : acc[g];
     }
-    sm[c / SUB] = cm;
-    mx = cm > mx ? cm : mx;
+  }
+  for (int64_t j = full; j < len; j++) {
+    KT key = static_cast<KT>(D::key(p[j])) ^ mask;
+    kb[j] = key;
+    acc[j - full] = key > acc[j - full] ? key : acc[j - full];
+  }
+  KT mx = 0;
+  for (int g = 0; g < L; g++) {
+    lanes[g] = acc[g];
+    mx = acc[g] > mx ? acc[g] : mx;
   }
   return mx;
 }
 
+// words[w] bit b = kb[64 w + b] >= t, for the words that hold the len (<= KB) keys of a block
+// (whole words are read: the caller fills kb up to a multiple of 64).  Portable, AVX2 and
+// AVX-512 versions.
 template <class KT>
-using KeyFn = KT (*)(const void* x, int64_t s, int64_t len, KT mask, KT* kb, KT* sm);
+void ge_masks(const KT* kb, int64_t len, KT t, uint64_t* words) {
+  for (int64_t w = 0; w * 64 < len; w++) {
+    uint64_t b = 0;
+    for (int j = 0; j < 64; j++) b |= static_cast<uint64_t>(kb[w * 64 + j] >= t) << j;
+    words[w] = b;
+  }
+}
 
-// The key loops are the hot ones: compiled for AVX2 as well, picked at load time (ifunc).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TDO_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define TDO_CLONES
+#ifdef TDO_X86_SIMD
+TDO_TARGET_AVX2 void ge_masks_avx2(const uint32_t* kb, int64_t len, uint32_t t,
+                                   uint64_t* words) {
+  // unsigned a >= t  <=>  not (t > a), signed after flipping the sign bits
+  const __m256i flip = _mm256_set1_epi32(static_cast<int32_t>(0x80000000u));
+  const __m256i tv = _mm256_xor_si256(_mm256_set1_epi32(static_cast<int32_t>(t)), flip);
+  for (int64_t w = 0; w * 64 < len; w++) {
+    uint64_t b = 0;
+    for (int v = 0; v < 8; v++) {
+      __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb + w * 64 + v * 8));
+      __m256i lt = _mm256_cmpgt_epi32(tv, _mm256_xor_si256(a, flip));
+      uint32_t m = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(lt)));
+      b |= static_cast<uint64_t>(~m & 0xffu) << (v * 8);
+    }
+    words[w] = b;
+  }
+}
+TDO_TARGET_AVX2 void ge_masks_avx2(const uint64_t* kb, int64_t len, uint64_t t,
+                                   uint64_t* words) {
+  const __m256i flip = _mm256_set1_epi64x(static_cast<int64_t>(0x8000000000000000ull));
+  const __m256i tv = _mm256_xor_si256(_mm256_set1_epi64x(static_cast<int64_t>(t)), flip);
+  for (int64_t w = 0; w * 64 < len; w++) {
+    uint64_t b = 0;
+    for (int v = 0; v < 16; v++) {
+      __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb + w * 64 + v * 4));
+      __m256i lt = _mm256_cmpgt_epi64(tv, _mm256_xor_si256(a, flip));
+      uint32_t m = static_cast<uint32_t>(_mm256_movemask_pd(_mm256_castsi256_pd(lt)));
+      b |= static_cast<uint64_t>(~m & 0xfu) << (v * 4);
+    }
+    words[w] = b;
+  }
+}
+TDO_TARGET_AVX512 void ge_masks_avx512(const uint32_t* kb, int64_t len, uint32_t t,
+                                       uint64_t* words) {
+  const __m512i tv = _mm512_set1_epi32(static_cast<int32_t>(t));
+  for (int64_t w = 0; w * 64 < len; w++) {
+    uint64_t b = 0;
+    for (int v = 0; v < 4; v++) {
+      __m512i a = _mm512_loadu_si512(kb + w * 64 + v * 16);
+      b |= static_cast<uint64_t>(_mm512_cmpge_epu32_mask(a, tv)) << (v * 16);
+    }
+    words[w] = b;
+  }
+}
+TDO_TARGET_AVX512 void ge_masks_avx512(const uint64_t* kb, int64_t len, uint64_t t,
+                                       uint64_t* words) {
+  const __m512i tv = _mm512_set1_epi64(static_cast<int64_t>(t));
+  for (int64_t w = 0; w * 64 < len; w++) {
+    uint64_t b = 0;
+    for (int v = 0; v < 8; v++) {
+      __m512i a = _mm512_loadu_si512(kb + w * 64 + v * 8);
+      b |= static_cast<uint64_t>(_mm512_cmpge_epu64_mask(a, tv)) << (v * 8);
+    }
+    words[w] = b;
+  }
+}
 #endif
 
-#define TDO_KEY_FN(NAME, D, KT)                                                           \
-  TDO_CLONES KT NAME(const void* x, int64_t s, int64_t len, KT mask, KT* kb, KT* sm) {    \
-    return block_keys<D, KT>(x, s, len, mask, kb, sm);                                    \
+template <class KT>
+using MaskFn = void (*)(const KT* kb, int64_t len, KT t, uint64_t* words);
+
+template <class KT>
+MaskFn<KT> mask_fn() {
+#ifdef TDO_X86_SIMD
+  switch (cpu_isa()) {
+    case Isa::Avx512: return static_cast<MaskFn<KT>>(ge_masks_avx512);
+    case Isa::Avx2: return static_cast<MaskFn<KT>>(ge_masks_avx2);
+    default: break;
   }
+#endif
+  return ge_masks<KT>;
+}
+
+template <class KT>
+using KeyFn = KT (*)(const void* x, int64_t s, int64_t len, KT mask, KT* kb, KT* lanes);
+
+// One block pass per (dtype, key width), compiled three times: portable, AVX2, AVX-512; the
+// call picks one by cpu_isa() (TORCH_DML_OPS_CPU_ISA caps it, so each is tested).
+template <class KT>
+struct KeyFns {
+  KeyFn<KT> portable, avx2, avx512;
+  KeyFn<KT> pick() const {
+    switch (cpu_isa()) {
+      case Isa::Avx512: return avx512;
+      case Isa::Avx2: return avx2;
+      default: return portable;
+    }
+  }
+};
+
+#ifdef TDO_X86_SIMD
+#define TDO_KEY_FN(NAME, D, KT)                                                               \
+  KT NAME(const void* x, int64_t s, int64_t len, KT mask, KT* kb, KT* lanes) {                \
+    return block_keys<D, KT>(x, s, len, mask, kb, lanes);                                     \
+  }                                                                                           \
+  TDO_TARGET_AVX2 KT NAME##_avx2(const void* x, int64_t s, int64_t len, KT mask, KT* kb,     \
+                                 KT* lanes) {                                                 \
+    return block_keys<D, KT>(x, s, len, mask, kb, lanes);                                     \
+  }                                                                                           \
+  TDO_TARGET_AVX512 KT NAME##_avx512(const void* x, int64_t s, int64_t len, KT mask, KT* kb, \
+                                     KT* lanes) {                                             \
+    return block_keys<D, KT>(x, s, len, mask, kb, lanes);                                     \
+  }                                                                                           \
+  constexpr KeyFns<KT> NAME##_fns{NAME, NAME##_avx2, NAME##_avx512};
+#else
+#define TDO_KEY_FN(NAME, D, KT)                                                               \
+  KT NAME(const void* x, int64_t s, int64_t len, KT mask, KT* kb, KT* lanes) {                \
+    return block_keys<D, KT>(x, s, len, mask, kb, lanes);                                     \
+  }                                                                                           \
+  constexpr KeyFns<KT> NAME##_fns{NAME, NAME, NAME};
+#endif
 TDO_KEY_FN(keys32_f32, KeyF32, uint32_t)
 TDO_KEY_FN(keys32_f16, KeyF16, uint32_t)
 TDO_KEY_FN(keys32_bf16, KeyBF16, uint32_t)
@@ -170,36 +297,270 @@ TDO_KEY_FN(keys64_u16, KeyU16, uint64_t)
 TDO_KEY_FN(keys64_u8, KeyU8, uint64_t)
 #undef TDO_KEY_FN
 
-// The key loop of a <= 32-bit dtype (the caller picks 64-bit keys for the 64-bit dtypes).
+// The block pass of a <= 32-bit dtype (the caller picks 64-bit keys for the 64-bit dtypes).
 KeyFn<uint32_t> key32_for(ScalarType t) {
   switch (t) {
-    case ScalarType::Float: return keys32_f32;
-    case ScalarType::Half: return keys32_f16;
-    case ScalarType::BFloat16: return keys32_bf16;
-    case ScalarType::Int: return keys32_i32;
-    case ScalarType::Short: return keys32_i16;
-    case ScalarType::Char: return keys32_i8;
-    case ScalarType::UInt32: return keys32_u32;
-    case ScalarType::UInt16: return keys32_u16;
-    default: return keys32_u8;  // uint8, bool
+    case ScalarType::Float: return keys32_f32_fns.pick();
+    case ScalarType::Half: return keys32_f16_fns.pick();
+    case ScalarType::BFloat16: return keys32_bf16_fns.pick();
+    case ScalarType::Int: return keys32_i32_fns.pick();
+    case ScalarType::Short: return keys32_i16_fns.pick();
+    case ScalarType::Char: return keys32_i8_fns.pick();
+    case ScalarType::UInt32: return keys32_u32_fns.pick();
+    case ScalarType::UInt16: return keys32_u16_fns.pick();
+    default: return keys32_u8_fns.pick();  // uint8, bool
   }
 }
 
 KeyFn<uint64_t> key64_for(ScalarType t) {
   switch (t) {
-    case ScalarType::Double: return keys64_f64;
-    case ScalarType::Long: return keys64_i64;
-    case ScalarType::UInt64: return keys64_u64;
-    case ScalarType::Float: return keys64_f32;
-    case ScalarType::Half: return keys64_f16;
-    case ScalarType::BFloat16: return keys64_bf16;
-    case ScalarType::Int: return keys64_i32;
-    case ScalarType::Short: return keys64_i16;
-    case ScalarType::Char: return keys64_i8;
-    case ScalarType::UInt32: return keys64_u32;
-    case ScalarType::UInt16: return keys64_u16;
-    default: return keys64_u8;  // uint8, bool
+    case ScalarType::Double: return keys64_f64_fns.pick();
+    case ScalarType::Long: return keys64_i64_fns.pick();
+    case ScalarType::UInt64: return keys64_u64_fns.pick();
+    case ScalarType::Float: return keys64_f32_fns.pick();
+    case ScalarType::Half: return keys64_f16_fns.pick();
+    case ScalarType::BFloat16: return keys64_bf16_fns.pick();
+    case ScalarType::Int: return keys64_i32_fns.pick();
+    case ScalarType::Short: return keys64_i16_fns.pick();
+    case ScalarType::Char: return keys64_i8_fns.pick();
+    case ScalarType::UInt32: return keys64_u32_fns.pick();
+    case ScalarType::UInt16: return keys64_u16_fns.pick();
+    default: return keys64_u8_fns.pick();  // uint8, bool
   }
+}
+
+// ---- the native-order pass (float32, int32) ----------------------------------------------
+// For these dtypes the block pass compares the data in its own order instead of computing keys:
+// one max per element (the order is the key order once -0.0 == +0.0, which float compares
+// already hold, and NaN greatest, which they do not: a block with a NaN takes the key pass).
+// Direction "increasing" is the same pass on -x (floats) or ~x (int32), both exact reversals.
+// Only candidates get a key (the exact one, from the element's bits).
+
+template <class V, bool Inc>
+[[gnu::always_inline]] inline V nat_tr(V x) {
+  if constexpr (!Inc) return x;
+  else if constexpr (std::is_floating_point_v<V>) return -x;
+  else return static_cast<V>(~x);
+}
+
+template <class V>
+constexpr V nat_lowest() {
+  if constexpr (std::is_floating_point_v<V>) return -__builtin_huge_valf();
+  else return std::numeric_limits<V>::min();
+}
+
+// words[w] bit b = transformed p[64 w + b] >= t, for j < len (bits at or beyond len are 0).
+template <class V, bool Inc>
+[[gnu::always_inline]] inline void nat_masks_tail(const V* p, int64_t from, int64_t len, V t,
+                                                  uint64_t* words) {
+  for (int64_t w = from / 64; w * 64 < len; w++) {
+    uint64_t b = 0;
+    const int64_t e = len - w * 64 < 64 ? len - w * 64 : 64;
+    for (int64_t j = 0; j < e; j++)
+      b |= static_cast<uint64_t>(nat_tr<V, Inc>(p[w * 64 + j]) >= t) << j;
+    words[w] = b;
+  }
+}
+
+#ifdef TDO_X86_SIMD
+// x86: whole words with vector compares, the tail with the loop above (never a read past len).
+template <class V, bool Inc>
+TDO_TARGET_AVX2 void nat_masks_avx2(const V* p, int64_t len, V t, uint64_t* words) {
+  const int64_t full = len / 64;
+  for (int64_t w = 0; w < full; w++) {
+    uint64_t b = 0;
+    for (int v = 0; v < 8; v++) {
+      const V* q = p + w * 64 + v * 8;
+      uint32_t m;
+      if constexpr (std::is_floating_point_v<V>) {
+        const __m256 x = _mm256_loadu_ps(q);
+        m = static_cast<uint32_t>(_mm256_movemask_ps(
+            Inc ? _mm256_cmp_ps(x, _mm256_set1_ps(-t), _CMP_LE_OQ)
+                : _mm256_cmp_ps(x, _mm256_set1_ps(t), _CMP_GE_OQ)));
+      } else {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+        // x >= t is not (t > x); increasing: ~x >= t is x <= ~t, not (x > ~t)
+        const __m256i gt = Inc ? _mm256_cmpgt_epi32(x, _mm256_set1_epi32(~t))
+                               : _mm256_cmpgt_epi32(_mm256_set1_epi32(t), x);
+        m = ~static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(gt))) & 0xffu;
+      }
+      b |= static_cast<uint64_t>(m) << (v * 8);
+    }
+    words[w] = b;
+  }
+  nat_masks_tail<V, Inc>(p, full * 64, len, t, words);
+}
+
+template <class V, bool Inc>
+TDO_TARGET_AVX512 void nat_masks_avx512(const V* p, int64_t len, V t, uint64_t* words) {
+  const int64_t full = len / 64;
+  for (int64_t w = 0; w < full; w++) {
+    uint64_t b = 0;
+    for (int v = 0; v < 4; v++) {
+      const V* q = p + w * 64 + v * 16;
+      uint64_t m;
+      if constexpr (std::is_floating_point_v<V>) {
+        const __m512 x = _mm512_loadu_ps(q);
+        m = Inc ? _mm512_cmp_ps_mask(x, _mm512_set1_ps(-t), _CMP_LE_OQ)
+                : _mm512_cmp_ps_mask(x, _mm512_set1_ps(t), _CMP_GE_OQ);
+      } else {
+        const __m512i x = _mm512_loadu_si512(q);
+        m = Inc ? _mm512_cmple_epi32_mask(x, _mm512_set1_epi32(~t))
+                : _mm512_cmpge_epi32_mask(x, _mm512_set1_epi32(t));
+      }
+      b |= m << (v * 16);
+    }
+    words[w] = b;
+  }
+  nat_masks_tail<V, Inc>(p, full * 64, len, t, words);
+}
+
+// nat_lanes for AVX2 and AVX-512: four accumulators (lanes g, g + 16, g + 32, g + 48 of each
+// 64, folded at the end), a NaN test per vector; the tail with the loop.
+template <class V, bool Inc>
+[[gnu::always_inline]] inline bool nat_lanes_tail(const V* p, int64_t from, int64_t len,
+                                                  V* lanes, bool ok) {
+  for (int64_t j = from; j < len; j++) {
+    const V x = nat_tr<V, Inc>(p[j]);
+    if constexpr (std::is_floating_point_v<V>) ok &= x == x;
+    lanes[j % L] = x > lanes[j % L] ? x : lanes[j % L];
+  }
+  return ok;
+}
+
+template <class V, bool Inc>
+TDO_TARGET_AVX512 bool nat_lanes_avx512(const V* p, int64_t len, V* lanes) {
+  static_assert(L == 16, "one 512-bit vector of lanes");
+  const int64_t full = len / 64 * 64;
+  bool ok = true;
+  if constexpr (std::is_floating_point_v<V>) {
+    const __m512 flip = _mm512_set1_ps(Inc ? -0.0f : 0.0f);
+    __m512 a[4];
+    for (auto& v : a) v = _mm512_set1_ps(nat_lowest<float>());
+    __mmask16 nan = 0;
+    for (int64_t j = 0; j < full; j += 64) {
+      for (int i = 0; i < 4; i++) {
+        const __m512 x = _mm512_xor_ps(_mm512_loadu_ps(p + j + 16 * i), flip);
+        a[i] = _mm512_max_ps(x, a[i]);  // a NaN x leaves a[i] (the second operand)
+        nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+      }
+    }
+    _mm512_storeu_ps(lanes, _mm512_max_ps(_mm512_max_ps(a[0], a[1]), _mm512_max_ps(a[2], a[3])));
+    ok = nan == 0;
+  } else {
+    const __m512i flip = _mm512_set1_epi32(Inc ? -1 : 0);
+    __m512i a[4];
+    for (auto& v : a) v = _mm512_set1_epi32(nat_lowest<int32_t>());
+    for (int64_t j = 0; j < full; j += 64)
+      for (int i = 0; i < 4; i++)
+        a[i] = _mm512_max_epi32(_mm512_xor_si512(_mm512_loadu_si512(p + j + 16 * i), flip), a[i]);
+    _mm512_storeu_si512(lanes, _mm512_max_epi32(_mm512_max_epi32(a[0], a[1]),
+                                                _mm512_max_epi32(a[2], a[3])));
+  }
+  return nat_lanes_tail<V, Inc>(p, full, len, lanes, ok);
+}
+
+template <class V, bool Inc>
+TDO_TARGET_AVX2 bool nat_lanes_avx2(const V* p, int64_t len, V* lanes) {
+  static_assert(L == 16, "two 256-bit vectors of lanes");
+  const int64_t full = len / 64 * 64;
+  bool ok = true;
+  if constexpr (std::is_floating_point_v<V>) {
+    const __m256 flip = _mm256_set1_ps(Inc ? -0.0f : 0.0f);
+    __m256 a[4];  // lanes 0-7, 8-15 of even and odd 16s
+    for (auto& v : a) v = _mm256_set1_ps(nat_lowest<float>());
+    __m256 nan = _mm256_setzero_ps();
+    for (int64_t j = 0; j < full; j += 64) {
+      for (int i = 0; i < 8; i++) {
+        const __m256 x = _mm256_xor_ps(_mm256_loadu_ps(p + j + 8 * i), flip);
+        a[i % 4] = _mm256_max_ps(x, a[i % 4]);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+      }
+    }
+    // a[0], a[2]: lanes 0-7; a[1], a[3]: lanes 8-15
+    _mm256_storeu_ps(lanes, _mm256_max_ps(a[0], a[2]));
+    _mm256_storeu_ps(lanes + 8, _mm256_max_ps(a[1], a[3]));
+    ok = _mm256_movemask_ps(nan) == 0;
+  } else {
+    const __m256i flip = _mm256_set1_epi32(Inc ? -1 : 0);
+    __m256i a[4];
+    for (auto& v : a) v = _mm256_set1_epi32(nat_lowest<int32_t>());
+    for (int64_t j = 0; j < full; j += 64)
+      for (int i = 0; i < 8; i++)
+        a[i % 4] = _mm256_max_epi32(
+            _mm256_xor_si256(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j + 8 * i)), flip),
+            a[i % 4]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epi32(a[0], a[2]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes + 8), _mm256_max_epi32(a[1], a[3]));
+  }
+  return nat_lanes_tail<V, Inc>(p, full, len, lanes, ok);
+}
+
+// The k-th largest of lanes[0..L) (1 <= k <= L, no NaN): the value whose rank (larger values,
+// and equal ones before it) is k - 1, by vector compares.
+template <class V>
+TDO_TARGET_AVX512 V nat_kth_avx512(const V* v, int64_t k) {
+  for (int i = 0; i < L; i++) {
+    uint32_t gt, eq;
+    if constexpr (std::is_floating_point_v<V>) {
+      const __m512 a = _mm512_loadu_ps(v), b = _mm512_set1_ps(v[i]);
+      gt = _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ);
+      eq = _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ);
+    } else {
+      const __m512i a = _mm512_loadu_si512(v), b = _mm512_set1_epi32(v[i]);
+      gt = _mm512_cmpgt_epi32_mask(a, b);
+      eq = _mm512_cmpeq_epi32_mask(a, b);
+    }
+    if (__builtin_popcount(gt) + __builtin_popcount(eq & ((1u << i) - 1)) == k - 1) return v[i];
+  }
+  return v[0];  // not reached
+}
+
+template <class V>
+TDO_TARGET_AVX2 V nat_kth_avx2(const V* v, int64_t k) {
+  for (int i = 0; i < L; i++) {
+    uint32_t gt, eq;
+    if constexpr (std::is_floating_point_v<V>) {
+      const __m256 lo = _mm256_loadu_ps(v), hi = _mm256_loadu_ps(v + 8), b = _mm256_set1_ps(v[i]);
+      gt = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(lo, b, _CMP_GT_OQ))) |
+           static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(hi, b, _CMP_GT_OQ))) << 8;
+      eq = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(lo, b, _CMP_EQ_OQ))) |
+           static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(hi, b, _CMP_EQ_OQ))) << 8;
+    } else {
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
+      const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 8));
+      const __m256i b = _mm256_set1_epi32(v[i]);
+#define TDO_MM(x) static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(x)))
+      gt = TDO_MM(_mm256_cmpgt_epi32(lo, b)) | TDO_MM(_mm256_cmpgt_epi32(hi, b)) << 8;
+      eq = TDO_MM(_mm256_cmpeq_epi32(lo, b)) | TDO_MM(_mm256_cmpeq_epi32(hi, b)) << 8;
+#undef TDO_MM
+    }
+    if (__builtin_popcount(gt) + __builtin_popcount(eq & ((1u << i) - 1)) == k - 1) return v[i];
+  }
+  return v[0];  // not reached
+}
+#endif
+
+// The native pass's two loops for V and a direction; lanes null: not available (the portable
+// build: there the key pass, which the compiler vectorizes, is used).
+template <class V>
+struct NatFns {
+  bool (*lanes)(const V* p, int64_t len, V* lanes) = nullptr;
+  void (*masks)(const V* p, int64_t len, V t, uint64_t* words) = nullptr;
+  V (*kth)(const V* v, int64_t k) = nullptr;
+};
+
+template <class V, bool Inc>
+NatFns<V> nat_fns() {
+#ifdef TDO_X86_SIMD
+  switch (cpu_isa()) {
+    case Isa::Avx512: return {nat_lanes_avx512<V, Inc>, nat_masks_avx512<V, Inc>, nat_kth_avx512<V>};
+    case Isa::Avx2: return {nat_lanes_avx2<V, Inc>, nat_masks_avx2<V, Inc>, nat_kth_avx2<V>};
+    default: break;
+  }
+#endif
+  return {};
 }
 
 // ---- composites: the key in the high half, MAXIDX - index in the low half -----------------
@@ -336,6 +697,19 @@ CT min_of(const CT* a, int64_t k) {
   return m;
 }
 
+// The k-th largest of v[0..L) (1 <= k <= L): the value whose rank (larger values, and equal
+// ones before it, counted) is k - 1.  Branch-free, L * L compares the compiler vectorizes.
+template <class KT>
+KT kth_largest(const KT* v, int64_t k) {
+  KT out = 0;
+  for (int i = 0; i < L; i++) {
+    int rank = 0;
+    for (int j = 0; j < L; j++) rank += (v[j] > v[i]) | ((v[j] == v[i]) & (j < i));
+    out = rank == k - 1 ? v[i] : out;
+  }
+  return out;
+}
+
 // ---- the kernel ----------------------------------------------------------------------------
 
 // Work buffers, allocated before any parallel loop (the loops' bodies must not throw).
@@ -358,8 +732,13 @@ struct TopK {
   // x: [rows, n] contiguous, elements of esize bytes; outputs [rows / inner, k, inner].
   const char* x;
   int64_t esize, n, inner, k;
-  int64_t cap;  // candidate buffer entries of the buffered scan (> k)
+  int64_t cap;  // candidate buffer entries (> k; scan)
   KeyFn<KT> kf;
+  MaskFn<KT> mf;
+  // float32 / int32 rows of 32-bit keys: the native-order pass (scan_native)
+  ScalarType native = ScalarType::Undefined;
+  NatFns<float> nat_f{};
+  NatFns<int32_t> nat_i{};
   KT mask;  // 0: largest first; all ones: smallest first
   char* out_v;
   void* out_i;
@@ -372,7 +751,7 @@ struct TopK {
     Scratch(const TopK& c, int parts) {
       for (int p = 0; p < parts; p++) {
         buf.push_back(allocate<CT>(c.cap + 1, "top_k1's candidate buffer"));
-        kb.push_back(allocate<KT>(KB + KB / SUB, "top_k1's key block"));
+        kb.push_back(allocate<KT>(KB + L, "top_k1's key block"));
       }
     }
   };
@@ -380,10 +759,9 @@ struct TopK {
   const char* row(int64_t r) const { return x + r * n * esize; }
 
   // The best min(k, s1 - s0) composites of row[s0, s1) (row indices) into buf[0..m), unordered;
-  // returns m.  buf holds cap + 1 > k entries, kb KB keys and KB / SUB chunk maxima.
+  // returns m.  buf holds cap entries, kb KB + L keys (the L group maxima last).
   int64_t scan(const char* rp, int64_t s0, int64_t s1, CT* buf, KT* kb) const {
-    int64_t m = 0;
-    KT* sm = kb + KB;
+    KT* lanes = kb + KB;
     if (k == 1) {
       KT best = 0;
       int64_t bs = -1;
@@ -398,86 +776,193 @@ struct TopK {
       if (bs < 0) return 0;
       int64_t len = s1 - bs < KB ? s1 - bs : KB;
       if (bs + KB < s1) kf(rp, bs, len, mask, kb, nullptr);  // else still in kb
-      int64_t j = 0;
-      while (kb[j] != best) j++;
-      buf[0] = comp<KT>(best, bs + j);
+      // its first key >= best (== best), found with the vector compare
+      const int64_t nw = (len + 63) / 64;
+      if (len % 64) std::fill(kb + len, kb + nw * 64, KT(0));
+      uint64_t words[KB / 64];
+      mf(kb, nw * 64, best, words);
+      int64_t w = 0;
+      while (!words[w]) w++;  // best is in the block: some word has a bit
+      buf[0] = comp<KT>(best, bs + w * 64 + __builtin_ctzll(words[w]));
       return 1;
     }
-    KT kt = 0;
-    if (k <= kSortedMaxK) {
-      // small k: the k best so far kept sorted; a candidate is inserted in place
-      for (int64_t s = s0; s < s1; s += KB) {
-        int64_t len = s1 - s < KB ? s1 - s : KB;
-        KT bm = kf(rp, s, len, mask, kb, sm);
-        if (m == k && bm <= kt) continue;
-        for (int64_t j = 0; j < len;) {
-          int64_t e = (j / SUB + 1) * SUB < len ? (j / SUB + 1) * SUB : len;
-          if (m == k && sm[j / SUB] <= kt) {
-            j = e;
-            continue;
-          }
-          for (; j < e; j++) {
-            if (m == k && kb[j] <= kt) continue;  // strictly greater only
-            CT c = comp<KT>(kb[j], s + j);
-            int64_t p = m < k ? m++ : k - 1;
-            while (p > 0 && buf[p - 1] < c) {
-              buf[p] = buf[p - 1];
-              p--;
-            }
-            buf[p] = c;
-            if (m == k) kt = key_of<KT>(buf[k - 1]);
-          }
-        }
-      }
-      return m;
-    }
-    bool filtering = false;
+    const bool inc = mask != 0;
+    if (native == ScalarType::Float)
+      return inc ? scan_native<float, KeyF32, true>(rp, s0, s1, buf, kb, nat_f)
+                 : scan_native<float, KeyF32, false>(rp, s0, s1, buf, kb, nat_f);
+    if (native == ScalarType::Int)
+      return inc ? scan_native<int32_t, KeyI32, true>(rp, s0, s1, buf, kb, nat_i)
+                 : scan_native<int32_t, KeyI32, false>(rp, s0, s1, buf, kb, nat_i);
+    // Candidates are the keys >= t.  Before anything is known t is 0, or, in a block, the
+    // k-th largest of its group maxima (k groups hold a key at least that large, so smaller
+    // keys are out of the k best for good).  Once k are held, t is the k-th best key + 1
+    // (`floor`: the scan is in index order, so a later equal key loses to it).  A block whose
+    // maximum is below the floor is skipped whole; else a vector compare gives the bit mask of
+    // its candidates, and only those are visited.
+    int64_t m = 0;
+    KT floor = 0;
+    bool have = false;  // the floor is set
+    uint64_t words[KB / 64];
     for (int64_t s = s0; s < s1; s += KB) {
-      int64_t len = s1 - s < KB ? s1 - s : KB;
-      KT bm = kf(rp, s, len, mask, kb, sm);
-      int64_t j = 0;
-      if (filtering && bm <= kt) continue;  // no candidate in the block
-      if (!filtering) {
-        for (; j < len && m < cap; j++) buf[m++] = comp<KT>(kb[j], s + j);
-        if (m < cap) continue;
-        select_k(buf, m, k);
-        m = k;
-        kt = key_of<KT>(min_of(buf, k));
-        filtering = true;
-      }
-      while (j < len) {
-        int64_t e = (j / SUB + 1) * SUB < len ? (j / SUB + 1) * SUB : len;
-        if (sm[j / SUB] <= kt) {
-          j = e;
-          continue;
+      const int64_t len = s1 - s < KB ? s1 - s : KB;
+      const KT bm = kf(rp, s, len, mask, kb, lanes);
+      if (have && bm < floor) continue;  // no candidate in the block
+      KT bound = 0;
+      if (!have && k <= L && len >= L) bound = kth_largest(lanes, k);
+      const int64_t nw = (len + 63) / 64;
+      if (len % 64) std::fill(kb + len, kb + nw * 64, KT(0));  // whole words are compared
+      // The masks are made with t; when t has risen since and many candidates are left (the
+      // first block without a bound), the rest are made again.
+      KT t = have && floor > bound ? floor : bound;
+      mf(kb, nw * 64, t, words);
+      if (len % 64) words[nw - 1] &= (uint64_t(1) << (len % 64)) - 1;
+      int64_t pending = 0;
+      for (int64_t w = 0; w < nw; w++) pending += __builtin_popcountll(words[w]);
+      for (int64_t w = 0; w < nw; w++) {
+        if (have && floor > t && pending > 64) {
+          t = floor > bound ? floor : bound;
+          mf(kb + w * 64, (nw - w) * 64, t, words + w);
+          if (len % 64) words[nw - 1] &= (uint64_t(1) << (len % 64)) - 1;
+          pending = 0;
+          for (int64_t v = w; v < nw; v++) pending += __builtin_popcountll(words[v]);
         }
-        for (int64_t t = j; t < e; t++) {
-          // strictly greater: an equal key later in the row loses to the k-th
-          if (kb[t] > kt) {
-            buf[m++] = comp<KT>(kb[t], s + t);
-            if (m == cap) {
-              select_k(buf, m, k);
-              m = k;
-              kt = key_of<KT>(min_of(buf, k));
-            }
-          }
+        for (uint64_t b = words[w]; b; b &= b - 1) {
+          pending--;
+          const int64_t j = w * 64 + __builtin_ctzll(b);
+          if (!offer(buf, m, kb[j], s + j, floor, have)) return m;
         }
-        j = e;
       }
     }
-    if (m > k) {
-      select_k(buf, m, k);
-      m = k;
-    }
-    return m;
+    if (m > k) select_k(buf, m, k);
+    return m < k ? m : k;
   }
 
-  // Sort the k winners of row r (in buf) and write them: values copied from the row at the
-  // index, indices in the index dtype, at [r / inner, j, r % inner] of the outputs.
-  void emit(int64_t r, CT* buf) const {
+  // A candidate (its key, its row index): into the k best so far, kept sorted (k <=
+  // kSortedMaxK), or into the unordered buffer, cut back to the k best when full.  Keeps floor
+  // (the k-th best key + 1, once k are held: `have`); false when no key can be greater.
+  [[gnu::always_inline]] inline bool offer(CT* buf, int64_t& m, KT key, int64_t i, KT& floor,
+                                           bool& have) const {
+    if (have && key < floor) return true;  // the floor rose since the mask was made
+    if (k <= kSortedMaxK) {
+      const CT c = comp<KT>(key, i);
+      int64_t q = m < k ? m++ : k - 1;
+      while (q > 0 && buf[q - 1] < c) {
+        buf[q] = buf[q - 1];
+        q--;
+      }
+      buf[q] = c;
+      if (m < k) return true;
+      const KT kt = key_of<KT>(buf[k - 1]);
+      if (kt == static_cast<KT>(~KT(0))) return false;
+      floor = kt + 1;
+      have = true;
+      return true;
+    }
+    buf[m++] = comp<KT>(key, i);
+    if (m == k && !have) {  // the first k: the floor from them (until the first cut)
+      const KT kt = key_of<KT>(min_of(buf, k));
+      if (kt == static_cast<KT>(~KT(0))) return false;
+      floor = kt + 1;
+      have = true;
+    }
+    if (m < cap) return true;
+    select_k(buf, m, k);
+    m = k;
+    const KT kt = key_of<KT>(min_of(buf, k));
+    if (kt == static_cast<KT>(~KT(0))) return false;
+    floor = kt + 1;
+    have = true;
+    return true;
+  }
+
+  // The least transformed value above the k-th best's (the one at buf's k-th), lowest when
+  // that is a NaN (every other value beats it), the largest when none is above.
+  template <class V, bool Inc>
+  V native_floor(const V* p, const CT* buf) const {
+    const V vk = nat_tr<V, Inc>(p[index_of<KT>(k <= kSortedMaxK ? buf[k - 1] : min_of(buf, k))]);
+    if constexpr (std::is_floating_point_v<V>) {
+      if (vk != vk) return nat_lowest<V>();
+      if (vk == 0) return std::numeric_limits<float>::denorm_min();  // +0.0 == -0.0
+      if (vk == __builtin_huge_valf()) return vk;
+      uint32_t u;
+      std::memcpy(&u, &vk, 4);
+      u = vk > 0 ? u + 1 : u - 1;  // the next float up
+      V up;
+      std::memcpy(&up, &u, 4);
+      return up;
+    }
+    else
+      return vk == std::numeric_limits<V>::max() ? vk : static_cast<V>(vk + 1);
+  }
+
+  // scan() for float32 and int32 (V) with the native-order pass; D their key.  A block with a
+  // NaN takes the key pass (block_keys), like scan().
+  template <class V, class D, bool Inc>
+  int64_t scan_native(const char* rp, int64_t s0, int64_t s1, CT* buf, KT* kb,
+                      const NatFns<V>& nf) const {
+    const V* p = reinterpret_cast<const V*>(rp);
+    KT* lanes = kb + KB;
+    V vl[L];
+    int64_t m = 0;
+    KT floor = 0;
+    bool have = false;
+    V vfloor = nat_lowest<V>();  // with have: no transformed value below it can enter
+    uint64_t words[KB / 64];
+    for (int64_t s = s0; s < s1; s += KB) {
+      const int64_t len = s1 - s < KB ? s1 - s : KB;
+      const bool native = nf.lanes(p + s, len, vl);
+      if (native) {
+        V bm = vl[0];
+        for (int g = 1; g < L; g++) bm = vl[g] > bm ? vl[g] : bm;
+        if (have && bm < vfloor) continue;  // no candidate in the block
+        V bound = nat_lowest<V>();
+        if (!have && k <= L && len >= L) bound = nf.kth(vl, k);
+        // the masks a chunk of kChunk at a time, each with the floor as it stands
+        for (int64_t c = 0, cl; c < len; c += cl) {
+          // without a bound yet, one word first: the floor is then set for the rest
+          cl = std::min(len - c, have || bound != nat_lowest<V>() ? kChunk : int64_t(64));
+          nf.masks(p + s + c, cl, have && vfloor > bound ? vfloor : bound, words);
+          for (int64_t w = 0; w * 64 < cl; w++) {
+            for (uint64_t b = words[w]; b; b &= b - 1) {
+              const int64_t j = s + c + w * 64 + __builtin_ctzll(b);
+              typename D::UT bits;
+              std::memcpy(&bits, p + j, sizeof(bits));
+              const KT key = static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask);
+              const KT before = floor;
+              if (!offer(buf, m, key, j, floor, have)) return m;
+              if (have && floor != before) vfloor = native_floor<V, Inc>(p, buf);
+            }
+          }
+        }
+        continue;
+      }
+      // a NaN in the block: its keys
+      const KT bm = kf(rp, s, len, mask, kb, lanes);
+      if (have && bm < floor) continue;
+      const int64_t nw = (len + 63) / 64;
+      if (len % 64) std::fill(kb + len, kb + nw * 64, KT(0));
+      mf(kb, nw * 64, have ? floor : KT(0), words);
+      if (len % 64) words[nw - 1] &= (uint64_t(1) << (len % 64)) - 1;
+      for (int64_t w = 0; w < nw; w++) {
+        for (uint64_t b = words[w]; b; b &= b - 1) {
+          const int64_t j = s + w * 64 + __builtin_ctzll(b);
+          const KT before = floor;
+          if (!offer(buf, m, kb[j - s], j, floor, have)) return m;
+          if (have && floor != before) vfloor = native_floor<V, Inc>(p, buf);
+        }
+      }
+    }
+    if (m > k) select_k(buf, m, k);
+    return m < k ? m : k;
+  }
+
+  // Sort the k winners of row r (in buf; `sorted`: they already are) and write them: values
+  // copied from the row at the index, indices in the index dtype, at [r / inner, j, r % inner]
+  // of the outputs.
+  void emit(int64_t r, CT* buf, bool sorted) const {
     const char* rp = row(r);
     const int64_t o0 = (r / inner) * k * inner + r % inner;
-    sort_desc(buf, k);
+    if (!sorted) sort_desc(buf, k);
     for (int64_t j = 0; j < k; j++) {
       int64_t i = index_of<KT>(buf[j]);
       int64_t o = o0 + j * inner;
@@ -498,11 +983,9 @@ struct TopK {
     const int64_t threads = parts_for(kMaxThreads, 1);  // torch's thread count, capped
     int64_t segs = std::min(n / kSegMin, (threads + rows - 1) / rows);
     if (rows < threads && segs >= 2 && k < n) {
-      // A segment yields at most min(k, its length) candidates; its scan buffer never needs
-      // more than its length + 1 entries (it then never fills: one selection at the end).
+      // A segment yields at most min(k, its length) candidates.
       const int64_t longest = (n + segs - 1) / segs;
       const int64_t slot = std::min(k, longest);
-      cap = std::min(cap, longest + 1);
       const int64_t tasks = rows * segs;  // < threads + rows
       auto cand = allocate<CT>(tasks * slot, "top_k1's segment candidates");
       auto cnt = allocate<int64_t>(tasks, "top_k1's segment counts");
@@ -531,12 +1014,12 @@ struct TopK {
             m += cn;
           }
           if (m > k) select_k(base, m, k);
-          emit(r, base);
+          emit(r, base, false);
         }
       });
       return;
     }
-    // a row costs ~n (k == 1) to ~4n (selection) element-steps: kGrain is in element-steps
+    // a row costs ~n (k == 1) to ~4n (k > 1, short rows) element-steps: kGrain is in element-steps
     const int64_t work = k == 1 ? n : 4 * n;
     const int parts = parts_for(rows, (kGrain + work - 1) / work);
     Scratch sc(*this, parts);
@@ -545,7 +1028,7 @@ struct TopK {
       KT* kb = sc.kb[part].get();
       for (int64_t r = b; r < e; r++) {
         scan(row(r), 0, n, buf, kb);
-        emit(r, buf);
+        emit(r, buf, k <= kSortedMaxK);
       }
     });
   }
@@ -561,10 +1044,16 @@ void run_top_k1(const Tensor& x, int64_t rows, int64_t n, int64_t inner, int64_t
   c.n = n;
   c.inner = inner;
   c.k = k;
-  c.cap = k + std::max(k, kCapMin);
-  if (c.cap > n) c.cap = n + 1;  // the whole row fits: one selection at the end
+  c.cap = std::max(4 * k, k + 64);
+  c.mf = mask_fn<KT>();
   c.kf = kf;
   c.mask = largest ? KT(0) : static_cast<KT>(~KT(0));
+  if (sizeof(KT) == 4 && (x.scalar_type() == ScalarType::Float || x.scalar_type() == ScalarType::Int)) {
+    c.native = x.scalar_type();
+    c.nat_f = largest ? nat_fns<float, false>() : nat_fns<float, true>();
+    c.nat_i = largest ? nat_fns<int32_t, false>() : nat_fns<int32_t, true>();
+    if (!c.nat_f.lanes) c.native = ScalarType::Undefined;
+  }
   c.out_v = static_cast<char*>(values.mutable_data_ptr());
   c.out_i = indices.mutable_data_ptr();
   c.index_dtype = index_dtype;

@@ -1,0 +1,123 @@
+"""top_k1's C++ CPU kernel on each SIMD path it selects at run time (portable, AVX2, AVX-512:
+csrc/top_k1.cpp), each in its own process with TORCH_DML_OPS_CPU_ISA capping the level, against
+the loop oracle (reference.top_k1_ref): every dtype, both directions, rows around the block,
+word and lane sizes, k around the sorted/buffered switch and the group bound, NaN in a later
+block (the native pass hands such a block to the key pass), +-0.0, +-inf, ties, denormals with
+flush-to-zero on."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from torch_dml_ops._library import extension_loaded
+
+pytestmark = pytest.mark.skipif(not extension_loaded(), reason="the C++ extension is not built")
+
+ORDER = ["scalar", "avx2", "avx512"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+SCRIPT = r"""
+import random, sys
+import numpy as np
+import torch
+import torch_dml_ops as tdo
+from reference import to_bits, top_k1_ref
+
+want = sys.argv[1]
+have = torch.ops.torch_dml_ops._cpu_isa()
+assert have == want, (have, want)
+rng = random.Random(1234)
+torch.manual_seed(1234)
+DTYPES = [torch.float32, torch.int32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
+          torch.int16, torch.int8, torch.uint8, torch.bool, torch.uint16, torch.uint32,
+          torch.uint64]
+SPECIAL = [float("nan"), -float("nan"), 0.0, -0.0, float("inf"), -float("inf")]
+
+def data(n, rows, dtype, kind):
+    if dtype == torch.bool:
+        return torch.rand(rows, n) < 0.5
+    if dtype.is_floating_point:
+        x = torch.randn(rows, n, dtype=torch.float64)
+        if kind == "ties":
+            x = (x * 1.5).round()
+        if kind == "denormal":
+            x = x * 1e-42 if dtype == torch.float32 else x
+        x = x.to(dtype)
+        if kind in ("special", "late_nan"):
+            f = x.view(-1)
+            lo = f.numel() // 2 if kind == "late_nan" else 0
+            for _ in range(max(1, f.numel() // 40)):
+                f[rng.randrange(lo, f.numel())] = rng.choice(SPECIAL)
+        return x
+    hi = {torch.int8: 127, torch.uint8: 255, torch.int16: 30000, torch.uint16: 60000}.get(dtype, 2**31 - 1)
+    span = 3 if kind == "ties" else hi
+    lo = 0 if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64) else -span
+    return torch.randint(lo, span, (rows, n), dtype=torch.int64).to(dtype)
+
+cases = 0
+for n, rows in [(1, 3), (15, 4), (16, 4), (17, 4), (63, 2), (64, 2), (65, 2), (255, 2), (256, 2),
+                (257, 2), (1024, 3), (2047, 1), (2048, 1), (2049, 1), (5000, 1), (70000, 1)]:
+    for dtype in DTYPES:
+        for kind in ("random", "ties", "special", "late_nan", "denormal"):
+            if kind in ("special", "late_nan", "denormal") and not dtype.is_floating_point:
+                continue
+            if n >= 2047 and dtype not in (torch.float32, torch.int32, torch.float64, torch.uint8):
+                continue
+            if n >= 5000 and kind == "denormal":
+                continue
+            ks = sorted({1, min(n, 2), min(n, 8), min(n, 15), min(n, 16), min(n, 17), min(n, 40), n})
+            if n > 2049:
+                ks = [k for k in ks if k in (1, 8, 17, 40)]
+            x = data(n, rows, dtype, kind)
+            for k in ks:
+                for direction in ("decreasing", "increasing"):
+                    for flush in ((False, True) if kind == "denormal" else (False,)):
+                        torch.set_flush_denormal(flush)
+                        v, i = tdo.top_k1(x, k, -1, direction)
+                        torch.set_flush_denormal(False)
+                        wb, wi = top_k1_ref(x, k, 1, direction == "decreasing")
+                        where = (want, n, rows, str(dtype), kind, k, direction, flush)
+                        np.testing.assert_array_equal(i.numpy(), wi, err_msg=str(where))
+                        np.testing.assert_array_equal(to_bits(v), wb, err_msg=str(where))
+                        cases += 1
+print("cases", cases)
+"""
+
+
+def _hardware_best() -> str:
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DML_OPS_CPU_ISA"}
+    out = subprocess.run([sys.executable, "-c", "import torch, torch_dml_ops; "
+                          "print(torch.ops.torch_dml_ops._cpu_isa())"],
+                         env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def hardware_best():
+    return _hardware_best()
+
+
+@pytest.mark.parametrize("isa", ORDER)
+def test_top_k1_each_simd_path_matches_the_oracle(isa, hardware_best):
+    if ORDER.index(isa) > ORDER.index(hardware_best):
+        pytest.skip(f"this CPU runs {hardware_best} at best")
+    env = dict(os.environ, TORCH_DML_OPS_CPU_ISA=isa, PYTHONPATH=os.pathsep.join(
+        [HERE, os.environ.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-c", SCRIPT, isa], env=env, capture_output=True,
+                         text=True, cwd=HERE, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "cases" in res.stdout
+
+
+def test_unknown_cpu_isa_value_is_ignored(hardware_best):
+    env = dict(os.environ, TORCH_DML_OPS_CPU_ISA="sse9")
+    out = subprocess.run([sys.executable, "-c", "import torch, torch_dml_ops; "
+                          "print(torch.ops.torch_dml_ops._cpu_isa())"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == hardware_best
+
+
+def test_the_level_in_use_is_reported():
+    assert torch.ops.torch_dml_ops._cpu_isa() in ORDER
