@@ -12,19 +12,25 @@
 // bool: its byte.  Values are copied back from the input at the selected index, so their bits are
 // exact (NaN payloads, -0.0).
 //
-// Per row (or row segment), a block of KB elements at a time: one vectorized pass computes the
-// block's keys and the maxima of its L interleaved groups (element j in group j % L); the pass
-// is compiled portable, for AVX2 and for AVX-512, picked at run time (cpu_isa).  Candidates are
-// the keys at least a bound on the k-th best of the row so far: the k-th best key + 1 once
-// known (the scan is in index order, so a later equal key never beats it), raised within a
-// block to the k-th largest group maximum (k groups hold a key that large).  A block whose
-// maximum is below the bound is skipped whole; else its candidates are appended branch-free
-// from the groups that reach the bound, and the buffer is cut back to the k best (after every
-// block for k <= kSelectEachBlockMaxK, when full above).  On random data a row of 1024 with
-// k = 8 appends ~30 keys in all: the cost is the pass, about one read of the row.  The k
-// winners are sorted at the end (k == n: one sort).  k == 1 is a block-wise max.  Rows are
-// spread over torch's threads (cost rule: kGrain in element-steps); rows fewer than the
-// threads are split into segments whose candidates are merged.
+// Per row (or row segment), the k best so far are kept sorted (k <= kSortedMaxK; a candidate is
+// inserted in place) or in an unordered buffer cut back to the k best when full; once k are
+// held, the k-th best key + 1 is the floor (the scan is in index order, so a later equal key
+// never beats it), and only elements at or above it are candidates.
+// - Until the floor is known: a block of KB at a time, seen as L interleaved groups (element j
+//   in group j % L) with their maxima; the k-th largest group maximum bounds the k-th best (k
+//   groups hold a key that large), and vector compares give the bit masks of the candidates
+//   (kChunk at a time, with the bound as it has risen).
+// - float32 and int32 (scan_native) compare in their own order (one max per element; a block
+//   holding a NaN, which float compares do not order, takes the key pass; "increasing" is the
+//   pass on -x or ~x), and once the floor is known, the rest of the row is one filtering pass
+//   (nat_next: vector compares against the floor, 64 elements at a time; NaNs are always
+//   candidates, their key decides).  Only candidates get a key.  Other dtypes compute every key
+//   (block_keys) and filter blocks by their maximum.
+// On random data a row of 1024 with k = 8 has ~11 candidates.  The k winners are sorted at the
+// end (k == n: one sort).  k == 1 is a block-wise max, then its first index by a vector
+// compare.  The vector loops are compiled portable, for AVX2 and for AVX-512 and picked at run
+// time (cpu_isa).  Rows are spread over torch's threads (cost rule: kGrain in element-steps);
+// rows fewer than the threads are split into segments whose candidates are merged.
 //
 // Memory safety: every rule of the Python check (_checks.check_top_k1) is enforced first, with
 // its messages; then the input must be a dense CPU tensor whose storage holds every byte it
@@ -58,7 +64,7 @@ constexpr int64_t kGrain = int64_t(1) << 15;
 constexpr int64_t kSegMin = int64_t(1) << 15;
 // Up to this k the k best so far are kept sorted (insertions are rare and short); above, in an
 // unordered buffer cut back to the k best when full.
-constexpr int64_t kSortedMaxK = 16;
+constexpr int64_t kSortedMaxK = 64;
 // Rows at least this long take 64-bit keys whatever the dtype (the index half of a 32-bit-key
 // composite holds indices below 2**32).
 constexpr int64_t kNarrowRowLimit = int64_t(1) << 32;
@@ -415,6 +421,84 @@ TDO_TARGET_AVX512 void nat_masks_avx512(const V* p, int64_t len, V t, uint64_t* 
   nat_masks_tail<V, Inc>(p, full * 64, len, t, words);
 }
 
+// The filtering pass once the k-th best is known: from `from`, 64 elements at a time, the first
+// 64 (or the tail) holding an element whose transformed value is not below t (a NaN always is:
+// its key decides); its candidates' positions go to idx (room for 64 + 16), their number to
+// *nc, and the position after them is returned (len, *nc = 0: none left).
+template <class V, bool Inc>
+[[gnu::always_inline]] inline int64_t nat_next_tail(const V* p, int64_t from, int64_t len, V t,
+                                                    int32_t* idx, int64_t* nc) {
+  int64_t cnt = 0;
+  for (int64_t j = from; j < len; j++) {
+    idx[cnt] = static_cast<int32_t>(j);
+    cnt += !(nat_tr<V, Inc>(p[j]) < t);
+  }
+  *nc = cnt;
+  return len;
+}
+
+template <class V, bool Inc>
+TDO_TARGET_AVX512 int64_t nat_next_avx512(const V* p, int64_t from, int64_t len, V t,
+                                          int32_t* idx, int64_t* nc) {
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  int64_t j = from;
+  for (; j + 64 <= len; j += 64) {
+    __mmask16 m[4];
+    for (int i = 0; i < 4; i++) {
+      if constexpr (std::is_floating_point_v<V>) {
+        const __m512 x = _mm512_loadu_ps(p + j + 16 * i);
+        m[i] = Inc ? _mm512_cmp_ps_mask(x, _mm512_set1_ps(-t), _CMP_NGT_UQ)
+                   : _mm512_cmp_ps_mask(x, _mm512_set1_ps(t), _CMP_NLT_UQ);
+      } else {
+        const __m512i x = _mm512_loadu_si512(p + j + 16 * i);
+        m[i] = Inc ? _mm512_cmple_epi32_mask(x, _mm512_set1_epi32(~t))
+                   : _mm512_cmpge_epi32_mask(x, _mm512_set1_epi32(t));
+      }
+    }
+    if (!(m[0] | m[1] | m[2] | m[3])) continue;
+    int64_t cnt = 0;
+    for (int i = 0; i < 4; i++) {
+      _mm512_mask_compressstoreu_epi32(
+          idx + cnt, m[i],
+          _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(j + 16 * i))));
+      cnt += __builtin_popcount(m[i]);
+    }
+    *nc = cnt;
+    return j + 64;
+  }
+  return nat_next_tail<V, Inc>(p, j, len, t, idx, nc);
+}
+
+template <class V, bool Inc>
+TDO_TARGET_AVX2 int64_t nat_next_avx2(const V* p, int64_t from, int64_t len, V t, int32_t* idx,
+                                      int64_t* nc) {
+  int64_t j = from;
+  for (; j + 64 <= len; j += 64) {
+    uint64_t m = 0;
+    for (int i = 0; i < 8; i++) {
+      uint32_t b;
+      if constexpr (std::is_floating_point_v<V>) {
+        const __m256 x = _mm256_loadu_ps(p + j + 8 * i);
+        b = static_cast<uint32_t>(_mm256_movemask_ps(
+            Inc ? _mm256_cmp_ps(x, _mm256_set1_ps(-t), _CMP_NGT_UQ)
+                : _mm256_cmp_ps(x, _mm256_set1_ps(t), _CMP_NLT_UQ)));
+      } else {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j + 8 * i));
+        const __m256i gt = Inc ? _mm256_cmpgt_epi32(x, _mm256_set1_epi32(~t))
+                               : _mm256_cmpgt_epi32(_mm256_set1_epi32(t), x);
+        b = ~static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(gt))) & 0xffu;
+      }
+      m |= static_cast<uint64_t>(b) << (8 * i);
+    }
+    if (!m) continue;
+    int64_t cnt = 0;
+    for (; m; m &= m - 1) idx[cnt++] = static_cast<int32_t>(j + __builtin_ctzll(m));
+    *nc = cnt;
+    return j + 64;
+  }
+  return nat_next_tail<V, Inc>(p, j, len, t, idx, nc);
+}
+
 // nat_lanes for AVX2 and AVX-512: four accumulators (lanes g, g + 16, g + 32, g + 48 of each
 // 64, folded at the end), a NaN test per vector; the tail with the loop.
 template <class V, bool Inc>
@@ -549,14 +633,17 @@ struct NatFns {
   bool (*lanes)(const V* p, int64_t len, V* lanes) = nullptr;
   void (*masks)(const V* p, int64_t len, V t, uint64_t* words) = nullptr;
   V (*kth)(const V* v, int64_t k) = nullptr;
+  int64_t (*next)(const V* p, int64_t from, int64_t len, V t, int32_t* idx, int64_t* nc) = nullptr;
 };
 
 template <class V, bool Inc>
 NatFns<V> nat_fns() {
 #ifdef TDO_X86_SIMD
   switch (cpu_isa()) {
-    case Isa::Avx512: return {nat_lanes_avx512<V, Inc>, nat_masks_avx512<V, Inc>, nat_kth_avx512<V>};
-    case Isa::Avx2: return {nat_lanes_avx2<V, Inc>, nat_masks_avx2<V, Inc>, nat_kth_avx2<V>};
+    case Isa::Avx512: return {nat_lanes_avx512<V, Inc>, nat_masks_avx512<V, Inc>, nat_kth_avx512<V>,
+                              nat_next_avx512<V, Inc>};
+    case Isa::Avx2: return {nat_lanes_avx2<V, Inc>, nat_masks_avx2<V, Inc>, nat_kth_avx2<V>,
+                            nat_next_avx2<V, Inc>};
     default: break;
   }
 #endif
@@ -908,19 +995,18 @@ struct TopK {
     bool have = false;
     V vfloor = nat_lowest<V>();  // with have: no transformed value below it can enter
     uint64_t words[KB / 64];
-    for (int64_t s = s0; s < s1; s += KB) {
+    // Until the k best so far are known: blocks, their bound and candidate masks.
+    int64_t pos = s0;  // everything before is done
+    for (int64_t s = s0; s < s1 && !have; s += KB) {
       const int64_t len = s1 - s < KB ? s1 - s : KB;
+      pos = s + len;
       const bool native = nf.lanes(p + s, len, vl);
       if (native) {
-        V bm = vl[0];
-        for (int g = 1; g < L; g++) bm = vl[g] > bm ? vl[g] : bm;
-        if (have && bm < vfloor) continue;  // no candidate in the block
         V bound = nat_lowest<V>();
-        if (!have && k <= L && len >= L) bound = nf.kth(vl, k);
-        // the masks a chunk of kChunk at a time, each with the floor as it stands
+        if (k <= L && len >= L) bound = nf.kth(vl, k);
+        // the masks a chunk at a time: one word without a bound, else kChunk
         for (int64_t c = 0, cl; c < len; c += cl) {
-          // without a bound yet, one word first: the floor is then set for the rest
-          cl = std::min(len - c, have || bound != nat_lowest<V>() ? kChunk : int64_t(64));
+          cl = std::min(len - c, bound != nat_lowest<V>() ? kChunk : int64_t(64));
           nf.masks(p + s + c, cl, have && vfloor > bound ? vfloor : bound, words);
           for (int64_t w = 0; w * 64 < cl; w++) {
             for (uint64_t b = words[w]; b; b &= b - 1) {
@@ -933,15 +1019,18 @@ struct TopK {
               if (have && floor != before) vfloor = native_floor<V, Inc>(p, buf);
             }
           }
+          if (have) {  // the rest of the row by the filtering pass
+            pos = s + c + cl;
+            break;
+          }
         }
         continue;
       }
       // a NaN in the block: its keys
-      const KT bm = kf(rp, s, len, mask, kb, lanes);
-      if (have && bm < floor) continue;
+      kf(rp, s, len, mask, kb, lanes);
       const int64_t nw = (len + 63) / 64;
       if (len % 64) std::fill(kb + len, kb + nw * 64, KT(0));
-      mf(kb, nw * 64, have ? floor : KT(0), words);
+      mf(kb, nw * 64, KT(0), words);
       if (len % 64) words[nw - 1] &= (uint64_t(1) << (len % 64)) - 1;
       for (int64_t w = 0; w < nw; w++) {
         for (uint64_t b = words[w]; b; b &= b - 1) {
@@ -950,6 +1039,22 @@ struct TopK {
           if (!offer(buf, m, kb[j - s], j, floor, have)) return m;
           if (have && floor != before) vfloor = native_floor<V, Inc>(p, buf);
         }
+      }
+    }
+    // Then one filtering pass: vector compares against the floor; the rare candidates (and
+    // any NaN, whose key decides) are offered.
+    int32_t idx[64 + 16];
+    while (pos < s1) {
+      int64_t nc = 0;
+      pos = nf.next(p, pos, s1, vfloor, idx, &nc);
+      for (int64_t q = 0; q < nc; q++) {
+        const int64_t j = idx[q];
+        typename D::UT bits;
+        std::memcpy(&bits, p + j, sizeof(bits));
+        const KT key = static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask);
+        const KT before = floor;
+        if (!offer(buf, m, key, j, floor, have)) return m;
+        if (have && floor != before) vfloor = native_floor<V, Inc>(p, buf);
       }
     }
     if (m > k) select_k(buf, m, k);
@@ -966,7 +1071,12 @@ struct TopK {
     for (int64_t j = 0; j < k; j++) {
       int64_t i = index_of<KT>(buf[j]);
       int64_t o = o0 + j * inner;
-      std::memcpy(out_v + o * esize, rp + i * esize, static_cast<size_t>(esize));
+      switch (esize) {  // a fixed-size copy each (not a memcpy call)
+        case 4: std::memcpy(out_v + o * 4, rp + i * 4, 4); break;
+        case 2: std::memcpy(out_v + o * 2, rp + i * 2, 2); break;
+        case 8: std::memcpy(out_v + o * 8, rp + i * 8, 8); break;
+        default: out_v[o] = rp[i]; break;
+      }
       switch (index_dtype) {
         case ScalarType::Int: static_cast<int32_t*>(out_i)[o] = static_cast<int32_t>(i); break;
         case ScalarType::UInt32:
