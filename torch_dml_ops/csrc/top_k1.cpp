@@ -163,7 +163,15 @@ template <class KT>
 void ge_masks(const KT* kb, int64_t len, KT t, uint64_t* words) {
   for (int64_t w = 0; w * 64 < len; w++) {
     uint64_t b = 0;
-    for (int j = 0; j < 64; j++) b |= static_cast<uint64_t>(kb[w * 64 + j] >= t) << j;
+    for (int q = 0; q < 64; q += 16) {
+      // 16 keys at a time: their max (which the compiler vectorizes) first, the bits only
+      // where it reaches t (a bit loop does not vectorize without a movemask)
+      const KT* a = kb + w * 64 + q;
+      KT mx = 0;
+      for (int j = 0; j < 16; j++) mx = a[j] > mx ? a[j] : mx;
+      if (mx < t) continue;
+      for (int j = 0; j < 16; j++) b |= static_cast<uint64_t>(a[j] >= t) << (q + j);
+    }
     words[w] = b;
   }
 }
