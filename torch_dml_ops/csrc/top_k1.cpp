@@ -74,6 +74,8 @@ constexpr int64_t kNarrowRowLimit = int64_t(1) << 32;
 constexpr int64_t KB = 2048;
 // A block is seen as L interleaved groups (element j in group j % L), each with its maximum.
 constexpr int L = 16;
+// Rows of at most this many bytes prefetch the next row (run).
+constexpr int64_t kPrefetchRowMax = 16 << 10;
 // The native pass makes its candidate masks this many elements at a time, each chunk with the
 // threshold as it has risen.
 constexpr int64_t kChunk = 256;
@@ -591,22 +593,45 @@ TDO_TARGET_AVX2 bool nat_lanes_avx2(const V* p, int64_t len, V* lanes) {
 
 // The k-th largest of lanes[0..L) (1 <= k <= L, no NaN): the value whose rank (larger values,
 // and equal ones before it) is k - 1, by vector compares.
+// AVX-512: a bitonic sort of the 16 lanes in one register, descending (10 compare-exchange
+// steps: lane i meets lane i ^ stride and keeps the larger where the lower of the pair faces
+// down), then lane k - 1; branch-free.
+struct BitonicSteps {
+  int32_t partner[10][16];
+  uint16_t keep_max[10];
+  constexpr BitonicSteps() : partner(), keep_max() {
+    int s = 0;
+    for (int size = 2; size <= 16; size *= 2)
+      for (int stride = size / 2; stride >= 1; stride /= 2, s++)
+        for (int i = 0; i < 16; i++) {
+          partner[s][i] = i ^ stride;
+          if (((i & stride) == 0) == ((i & size) == 0)) keep_max[s] |= uint16_t(1u << i);
+        }
+  }
+};
+constexpr BitonicSteps kBitonic{};
+
 template <class V>
 TDO_TARGET_AVX512 V nat_kth_avx512(const V* v, int64_t k) {
-  for (int i = 0; i < L; i++) {
-    uint32_t gt, eq;
-    if constexpr (std::is_floating_point_v<V>) {
-      const __m512 a = _mm512_loadu_ps(v), b = _mm512_set1_ps(v[i]);
-      gt = _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ);
-      eq = _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ);
-    } else {
-      const __m512i a = _mm512_loadu_si512(v), b = _mm512_set1_epi32(v[i]);
-      gt = _mm512_cmpgt_epi32_mask(a, b);
-      eq = _mm512_cmpeq_epi32_mask(a, b);
+  static_assert(L == 16, "one 512-bit vector of lanes");
+  V out[L];
+  if constexpr (std::is_floating_point_v<V>) {
+    __m512 a = _mm512_loadu_ps(v);
+    for (int s = 0; s < 10; s++) {
+      const __m512 b = _mm512_permutexvar_ps(_mm512_loadu_si512(kBitonic.partner[s]), a);
+      a = _mm512_mask_blend_ps(kBitonic.keep_max[s], _mm512_min_ps(a, b), _mm512_max_ps(a, b));
     }
-    if (__builtin_popcount(gt) + __builtin_popcount(eq & ((1u << i) - 1)) == k - 1) return v[i];
+    _mm512_storeu_ps(out, a);
+  } else {
+    __m512i a = _mm512_loadu_si512(v);
+    for (int s = 0; s < 10; s++) {
+      const __m512i b = _mm512_permutexvar_epi32(_mm512_loadu_si512(kBitonic.partner[s]), a);
+      a = _mm512_mask_blend_epi32(kBitonic.keep_max[s], _mm512_min_epi32(a, b),
+                                  _mm512_max_epi32(a, b));
+    }
+    _mm512_storeu_si512(out, a);
   }
-  return v[0];  // not reached
+  return out[k - 1];
 }
 
 template <class V>
@@ -1145,6 +1170,10 @@ struct TopK {
       CT* buf = sc.buf[part].get();
       KT* kb = sc.kb[part].get();
       for (int64_t r = b; r < e; r++) {
+        // a short row: fetch the next one while this one's candidates are worked on (the
+        // hardware prefetcher alone stays too close), so that its pass reads from cache
+        if (r + 1 < e && n * esize <= kPrefetchRowMax)
+          for (int64_t o = 0; o < n * esize; o += 64) __builtin_prefetch(row(r + 1) + o);
         scan(row(r), 0, n, buf, kb);
         emit(r, buf, k <= kSortedMaxK);
       }
