@@ -864,7 +864,7 @@ struct TopK {
   void* out_i;
   ScalarType index_dtype;
 
-  // A parallel part's scratch: the candidate buffer, and a block of keys with their chunk maxima.
+  // A parallel part's scratch: the candidate buffer, and a block of keys with its group maxima.
   struct Scratch {
     std::vector<std::unique_ptr<CT[]>> buf;
     std::vector<std::unique_ptr<KT[]>> kb;
