@@ -1307,6 +1307,33 @@ def test_scatter_duplicates_last_wins_on_any_thread_count(any_backend, num_threa
             assert torch.all(res[r] == (last[r] if r in last else 0)), (threads, r)
 
 
+@over_backends("row_elems", [1, 4, 5], only=("native",))
+def test_scatter_last_wins_when_rows_are_split_among_threads(any_backend, num_threads,
+                                                             row_elems):
+    """Enough tuples that the C++ overwrite splits the destination rows among the threads (each
+    part writes its own rows; short rows of other parts go to a sink, branch-free): the last
+    duplicate in index order still wins, in place and functional, and a bad tuple skipped by
+    check_indices=False writes nothing."""
+    cpp_covers(any_backend, "scatter_nd")
+    g = torch.Generator().manual_seed(0)
+    n, rows = 200_000, 1000
+    i = torch.randint(0, rows, (n, 1), generator=g)
+    i[::97] = rows + 5
+    u = torch.arange(n, dtype=torch.float32).unsqueeze(1).expand(n, row_elems).contiguous()
+    last = [-1.0] * rows
+    for t, r in enumerate(i.view(-1).tolist()):
+        if r < rows:
+            last[r] = float(t)
+    want = torch.tensor(last).unsqueeze(1).expand(rows, row_elems)
+    x = torch.full((rows, row_elems), -1.0)
+    for threads in (1, 2, 4):
+        num_threads(threads)
+        assert torch.equal(tdo.scatter_nd(x, i, u, check_indices=False), want), threads
+        y = x.clone()
+        tdo.scatter_nd_(y, i, u, check_indices=False)
+        assert torch.equal(y, want), threads
+
+
 @over_backends("reduction", REDUCTIONS, only=OTHERS)
 def test_scatter_layouts_match_portable(both, num_threads, deterministic, dev, reduction):
     """Strided input / indices / updates / out, in place on a strided tensor, DML form, empty."""

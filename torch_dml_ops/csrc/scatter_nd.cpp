@@ -365,8 +365,8 @@ struct Apply {
 
 // Rows [lo, hi) of one part: its init copy, then every tuple landing there, in index order.
 // RB > 0: rows of that constant size (memcpy becomes one load and store), prefetched a block of
-// tuples ahead for writing.
-template <int64_t RB, class F>
+// tuples ahead for writing.  Store: f only stores (the overwrite), so a write can go to a sink.
+template <int64_t RB, bool Store, class F>
 void scan_part(const Apply& a, int64_t lo, int64_t hi, const F& f) {
   const int64_t rb = RB > 0 ? RB : a.row_bytes;
   char* const dst = a.dst;
@@ -375,6 +375,22 @@ void scan_part(const Apply& a, int64_t lo, int64_t hi, const F& f) {
   const int64_t n = a.n;
   if (a.init && hi > lo)
     std::memcpy(dst + lo * rb, a.init + lo * rb, static_cast<size_t>((hi - lo) * rb));
+  if (Store && RB > 0 && RB <= 16 && (lo > 0 || hi < a.n_rows)) {
+    // Short rows, split among parts: whether a row is this part's is a coin toss, so the
+    // branch would mispredict half the time; instead every row is written, those of other
+    // parts into a sink (branch-free), and only this part's are prefetched.
+    alignas(16) char sink[16];
+    const uint64_t span = static_cast<uint64_t>(hi - lo);
+    for (int64_t t = 0; t < n; t++) {
+      if (t + kBlock < n) {
+        const int64_t p = rows[t + kBlock];
+        __builtin_prefetch(static_cast<uint64_t>(p - lo) < span ? dst + p * rb : sink, 1);
+      }
+      const int64_t r = rows[t];
+      f(static_cast<uint64_t>(r - lo) < span ? dst + r * rb : sink, upd + t * rb);
+    }
+    return;
+  }
   for (int64_t t = 0; t < n; t++) {
     if (RB > 0 && RB <= 64 && t + kBlock < n) {
       const int64_t p = rows[t + kBlock];
@@ -387,21 +403,21 @@ void scan_part(const Apply& a, int64_t lo, int64_t hi, const F& f) {
 
 // The destination rows split among parts: every part scans all n row numbers, so more parts pay
 // only with enough writes.
-template <int64_t RB = 0, class F>
+template <int64_t RB = 0, bool Store = false, class F>
 void run_scan(const Apply& a, const F& f) {
   const int64_t work = a.n * (1 + a.row_bytes / 64) + (a.init ? a.n_rows * a.row_bytes / 64 : 0);
   const int parts = static_cast<int>(std::min<int64_t>(parts_for(work, kGrain), a.n_rows));
   parallel_parts(a.n_rows, parts,
-                 [&](int64_t lo, int64_t hi, int) { scan_part<RB>(a, lo, hi, f); });
+                 [&](int64_t lo, int64_t hi, int) { scan_part<RB, Store>(a, lo, hi, f); });
 }
 
 void overwrite(const Apply& a) {
   switch (a.row_bytes) {
-    case 1: return run_scan<1>(a, [](char* d, const char* s) { std::memcpy(d, s, 1); });
-    case 2: return run_scan<2>(a, [](char* d, const char* s) { std::memcpy(d, s, 2); });
-    case 4: return run_scan<4>(a, [](char* d, const char* s) { std::memcpy(d, s, 4); });
-    case 8: return run_scan<8>(a, [](char* d, const char* s) { std::memcpy(d, s, 8); });
-    case 16: return run_scan<16>(a, [](char* d, const char* s) { std::memcpy(d, s, 16); });
+    case 1: return run_scan<1, true>(a, [](char* d, const char* s) { std::memcpy(d, s, 1); });
+    case 2: return run_scan<2, true>(a, [](char* d, const char* s) { std::memcpy(d, s, 2); });
+    case 4: return run_scan<4, true>(a, [](char* d, const char* s) { std::memcpy(d, s, 4); });
+    case 8: return run_scan<8, true>(a, [](char* d, const char* s) { std::memcpy(d, s, 8); });
+    case 16: return run_scan<16, true>(a, [](char* d, const char* s) { std::memcpy(d, s, 16); });
     default: {
       const size_t rb = static_cast<size_t>(a.row_bytes);
       return run_scan(a, [rb](char* d, const char* s) { std::memcpy(d, s, rb); });

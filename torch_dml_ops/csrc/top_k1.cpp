@@ -1195,7 +1195,8 @@ void run_top_k1(const Tensor& x, int64_t rows, int64_t n, int64_t inner, int64_t
   c.mf = mask_fn<KT>();
   c.kf = kf;
   c.mask = largest ? KT(0) : static_cast<KT>(~KT(0));
-  if (sizeof(KT) == 4 && (x.scalar_type() == ScalarType::Float || x.scalar_type() == ScalarType::Int)) {
+  const ScalarType dt = x.scalar_type();
+  if (sizeof(KT) == 4 && (dt == ScalarType::Float || dt == ScalarType::Int)) {
     c.native = x.scalar_type();
     c.nat_f = largest ? nat_fns<float, false>() : nat_fns<float, true>();
     c.nat_i = largest ? nat_fns<int32_t, false>() : nat_fns<int32_t, true>();
