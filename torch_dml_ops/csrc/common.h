@@ -76,9 +76,16 @@ constexpr int kMaxThreads = 64;
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TDO_X86_SIMD 1
 #define TDO_TARGET_AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt,fma,f16c")))
+// GCC also takes the vector width (its generic tuning would keep 256 bits); clang ignores a
+// target string it does not know whole, so it gets the features only.
+#if defined(__clang__)
+#define TDO_AVX512_WIDTH ""
+#else
+#define TDO_AVX512_WIDTH ",prefer-vector-width=512"
+#endif
 #define TDO_TARGET_AVX512                                                                   \
   __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt,fma,f16c,avx512f,avx512bw,avx512dq,"   \
-                        "avx512vl,prefer-vector-width=512")))
+                        "avx512vl" TDO_AVX512_WIDTH)))
 #endif
 
 // The widest instruction set the kernels use: the CPU's (AVX-512 means F, BW, DQ and VL),
