@@ -205,3 +205,23 @@ def test_gpu_bench_without_a_gpu_says_so(capsys):
         pytest.skip("a CUDA device is present: the bench would run")
     assert gpu.main([]) == 0
     assert "no CUDA device" in capsys.readouterr().out
+
+
+def test_percall_table_and_the_bound_leaves_autograd_in_place(capsys, monkeypatch):
+    """The per-call table prints every pair; ``--bound`` replaces the Python Autograd kernel
+    by a fallthrough only while it measures: afterwards the op records autograd again."""
+    from torch_dml_ops.bench import percall
+    x = torch.randn(4, 3, requires_grad=True)
+    recorded = []
+
+    def fake_timing(fns, rounds):
+        recorded.append(torch.ops.torch_dml_ops.gather_nd(x, torch.tensor([[1]])).requires_grad)
+        return {name: 1e-6 * (1 + i) for i, name in enumerate(fns)}
+    monkeypatch.setattr(percall, "time_interleaved", fake_timing)
+    assert percall.main(["--rounds", "1", "--no-compile", "--bound"]) == 0
+    table = capsys.readouterr().out
+    assert table.count("\n| ") == 2 + 10 + 1       # header, rule, 10 rows, 1 bound row
+    assert "bound: gather 128 rows" in table and "requires grad" in table
+    assert recorded == [True] * 6 + [False]         # only the bound ran without autograd
+    out = torch.ops.torch_dml_ops.gather_nd(x, torch.tensor([[1]]))
+    assert out.grad_fn is not None and out.requires_grad

@@ -85,6 +85,45 @@ def test_forward_ad_through_torch_ops_too():
     torch.testing.assert_close(tangent, t[[1, 3]])
 
 
+def test_eager_recording_skips_torchs_apply_wrapper_and_falls_back_without_its_pieces(monkeypatch):
+    """The eager path applies the Function through ``_C._FunctionBase.apply`` (torch's Python
+    ``Function.apply`` re-binds the arguments with inspect.signature on every call): the same
+    node, the same gradients; where a torch lacks the pieces, ``Function.apply`` itself."""
+    from torch_dml_ops import _autograd
+    x = torch.randn(5, 4, dtype=F64, requires_grad=True)
+    i = torch.tensor([[1], [3], [1]])
+    out = tdo.gather_nd(x, i)
+    assert type(out.grad_fn).__name__ == "GatherNDBackward"
+    (g,) = torch.autograd.grad(out.sum(), x)
+    torch.testing.assert_close(g, torch.zeros_like(x).index_add_(0, i[:, 0], torch.ones(3, 4,
+                                                                                          dtype=F64)))
+    plain = tdo.gather_nd.__globals__["GATHER_ND"].function.plain
+    assert _compat.function_applier(plain, 2) is not plain.apply
+    monkeypatch.delattr(torch._C._functorch, "unwrap_if_dead")
+    assert _compat.function_applier(plain, 2) == plain.apply
+    monkeypatch.undo()
+    monkeypatch.setattr(torch._C, "_FunctionBase", object)
+    assert _compat.function_applier(plain, 2) == plain.apply
+
+
+def test_eager_recording_unwraps_a_dead_torch_func_wrapper():
+    """A tensor that escaped a torch.func transform (a dead wrapper) and requires grad at the
+    outer level is unwrapped before the op runs, as ``Function.apply`` does (the C++ kernel
+    cannot read a wrapper), and the gradient reaches the outer leaf."""
+    x = torch.randn(5, 4, dtype=F64, requires_grad=True)
+    y = torch.randn(5, 4, dtype=F64)
+    escaped = []
+    grad(lambda t: escaped.append(t * x) or (t * x).sum())(y)
+    dead = escaped[0]
+    assert torch._C._functorch.is_functorch_wrapped_tensor(dead) and dead.requires_grad
+    out = tdo.gather_nd(dead, torch.tensor([[2]]))
+    torch.testing.assert_close(out, (y * x)[[2]].detach())
+    out.sum().backward()
+    want = torch.zeros_like(y)
+    want[2] = y[2]
+    torch.testing.assert_close(x.grad, want)
+
+
 _TORCH_REDUCE = {"mul": "prod", "max": "amax", "min": "amin"}
 
 

@@ -27,9 +27,9 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.autograd.forward_ad as _fwad
 from torch import _C
-from torch._library.utils import fill_defaults
 
 from ._backend import backend_key, eager_keyset
+from ._compat import function_applier
 from ._library import NAMESPACE, lib
 
 
@@ -49,6 +49,13 @@ def forward_ad_active() -> bool:
     return _fwad._current_level >= 0 and _C._is_fwd_grad_enabled()
 
 
+def save_for_jvp(ctx, *tensors) -> None:
+    """``ctx.save_for_forward`` where a jvp can follow: only a call made while a forward-AD
+    level is open (torch.func's jvp opens one too) computes tangents, and it does so at once."""
+    if _fwad._current_level >= 0:
+        ctx.save_for_forward(*tensors)
+
+
 def derivative_needed(tensors: Sequence) -> bool:
     """Whether a call on ``tensors`` (the op's tensor arguments) must be recorded by autograd
     (either mode) or torch.func.  Runs on every call: ~0.3 us (``_C._any_requires_grad`` takes
@@ -60,6 +67,22 @@ def derivative_needed(tensors: Sequence) -> bool:
             if t.requires_grad:
                 return True
     return False
+
+
+def defaults_filler(schema) -> Callable:
+    """``fill(args, kwargs)``: every (non keyword-only) argument of a call of ``schema``
+    positionally, its defaults filled in, as a kernel's arguments arrive from the dispatcher
+    (defaults dropped, some by name).  torch's ``_library.utils.fill_defaults`` does the same
+    but reads ``schema.arguments``, which builds a new list on each read, once per argument."""
+    params = [(a.name, a.default_value) for a in schema.arguments if not a.kwarg_only]
+    n = len(params)
+
+    def fill(args, kwargs) -> tuple:
+        if len(args) == n:
+            return tuple(args)
+        return tuple(args) + tuple(kwargs[name] if name in kwargs else default
+                                   for name, default in params[len(args):])
+    return fill
 
 
 class _Const:
@@ -77,23 +100,32 @@ def _unwrap(args):
 
 
 def make_function(name: str, op, setup_context: Callable, backward: Callable,
-                  jvp: Callable) -> type:
-    """An ``autograd.Function`` whose forward is ``op`` below autograd (schema defaults filled)."""
+                  jvp: Callable, n_tensors: int = 1) -> type:
+    """An ``autograd.Function`` whose forward is ``op`` below autograd (schema defaults filled),
+    for torch.func transforms (list arguments arrive as ``_Const``).  Its attribute ``plain`` is
+    the same Function for every other call, without the ``_Const`` handling (what the eager
+    path applies: ``Differentiable``)."""
+
+    redispatch = op._handle.redispatch_boxed
 
     def forward(*args):
-        with _C._AutoDispatchBelowAutograd():
-            return op(*_unwrap(args))
+        return below_autograd(op, redispatch, args[:n_tensors], args, {})
 
-    def setup(ctx, inputs, output):
-        setup_context(ctx, _unwrap(inputs), output)
-
-    return type(name, (torch.autograd.Function,), {
-        "generate_vmap_rule": True,
+    formulas = {"backward": staticmethod(backward), "jvp": staticmethod(jvp)}
+    plain = type(name, (torch.autograd.Function,), {
         "forward": staticmethod(forward),
-        "setup_context": staticmethod(setup),
-        "backward": staticmethod(backward),
-        "jvp": staticmethod(jvp),
+        "setup_context": staticmethod(setup_context),
+        **formulas,
     })
+    function = type(name, (torch.autograd.Function,), {
+        "generate_vmap_rule": True,
+        "forward": staticmethod(lambda *args: forward(*_unwrap(args))),
+        "setup_context": staticmethod(
+            lambda ctx, inputs, output: setup_context(ctx, _unwrap(inputs), output)),
+        **formulas,
+    })
+    function.plain = plain      # type: ignore[attr-defined]
+    return function
 
 
 def _wrap(args):
@@ -117,17 +149,17 @@ class Differentiable:
         self.function = function
         self.prepare = prepare
         self.n_tensors = n_tensors          # the leading tensor arguments
-        self._schema = self.op._schema
+        # Outside torch.func transforms: the plain Function, without torch's Python wrapper.
+        self._apply = function_applier(getattr(function, "plain"), n_tensors)
+        self._fill = defaults_filler(self.op._schema)
         self._redispatch = self.op._handle.redispatch_boxed
         lib.impl(opname, self._kernel, "Autograd")
 
     def call(self, *args):
         """The op on full positional arguments, recorded for autograd/torch.func if needed: how
         the backward and jvp formulas invoke it (through the dispatcher otherwise)."""
-        if derivative_needed(args[:self.n_tensors]) and not torch.compiler.is_compiling():
-            if self.prepare is not None:
-                args = self.prepare(args)
-            return self.function.apply(*_wrap(args))
+        if derivative_needed(args[:self.n_tensors]):
+            return self._record(args)
         return self.op(*args)
 
     def call_public(self, *args):
@@ -135,11 +167,25 @@ class Differentiable:
         straight to the backend kernel the dispatcher would pick (the same registered kernel,
         below the Autograd key), skipping the Python Autograd kernel, which costs as much as a
         small call (docs/benchmarks.md, the per-call table)."""
-        if not derivative_needed(args[:self.n_tensors]):
-            keyset = eager_keyset(args[:self.n_tensors])
-            if keyset is not None:
-                return self._redispatch(keyset, *args)
-        return self.call(*args)
+        tensors = args[:self.n_tensors]
+        if derivative_needed(tensors):
+            return self._record(args)
+        keyset = eager_keyset(tensors)
+        if keyset is not None:
+            return self._redispatch(keyset, *args)
+        return self.op(*args)
+
+    def _record(self, args):
+        """A call that needs a derivative, from Python: the Function applied (eagerly), or the
+        op through the dispatcher, whose Autograd kernel applies it (under torch.compile, which
+        traces the dispatcher's path)."""
+        if torch.compiler.is_compiling():
+            return self.op(*args)
+        if self.prepare is not None:
+            args = self.prepare(args)
+        if _C._are_functorch_transforms_active():
+            return self.function.apply(*_wrap(args))
+        return self._apply(*args)
 
     def _through_functorch(self, args):
         """Reached through ``torch.ops`` inside a torch.func transform, below the functorch layer
@@ -167,12 +213,12 @@ class Differentiable:
     def _kernel(self, *args, **kwargs):
         tensors = args[:self.n_tensors]
         if derivative_needed(tensors):
-            args, kwargs = fill_defaults(self._schema, args, kwargs)
+            args = self._fill(args, kwargs)
             if self.prepare is not None:
                 args = self.prepare(args)
             if _C._are_functorch_transforms_active():
                 return self._through_functorch(args)
-            return self.function.apply(*_wrap(args))
+            return self._apply(*args)
         return below_autograd(self.op, self._redispatch, tensors, args, kwargs)
 
 

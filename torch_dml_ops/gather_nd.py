@@ -60,7 +60,7 @@ def _gather_nd_backward_fake(grad, indices, index_sizes, batch_dims, input_dimen
 def _gather_nd_setup_context(ctx, inputs, output):
     input, indices, batch_dims, idc_in, idc_idx = inputs[:5]
     ctx.save_for_backward(indices)
-    ctx.save_for_forward(indices)
+    _autograd.save_for_jvp(ctx, indices)
     # Only the indexed dims' sizes: the backward takes the rest from grad (so that it shards).
     ctx.index_sizes = indexed_sizes(input.shape, indices.shape, batch_dims, idc_in)
     ctx.args = (batch_dims, idc_in, idc_idx)
@@ -117,7 +117,7 @@ def _gather_nd_jvp(ctx, input_t, *_):
 def _gather_nd_backward_setup_context(ctx, inputs, output):
     grad, indices, index_sizes, batch_dims, idc_in, idc_idx = inputs
     ctx.save_for_backward(indices)
-    ctx.save_for_forward(indices)
+    _autograd.save_for_jvp(ctx, indices)
     ctx.index_sizes = list(index_sizes)
     ctx.args = (batch_dims, idc_in, idc_idx)
 
@@ -146,11 +146,11 @@ torch.library.register_fake("torch_dml_ops::gather_nd_backward", _gather_nd_back
 # torch.library.register_autograd); indices are not differentiable.
 GATHER_ND = _autograd.Differentiable("gather_nd", _autograd.make_function(
     "GatherND", torch.ops.torch_dml_ops.gather_nd.default, _gather_nd_setup_context,
-    _gather_nd_backward, _gather_nd_jvp), n_tensors=2)
+    _gather_nd_backward, _gather_nd_jvp, n_tensors=2), n_tensors=2)
 GATHER_ND_BACKWARD = _autograd.Differentiable("gather_nd_backward", _autograd.make_function(
     "GatherNDBackward", torch.ops.torch_dml_ops.gather_nd_backward.default,
-    _gather_nd_backward_setup_context, _gather_nd_backward_backward, _gather_nd_backward_jvp),
-    n_tensors=2)
+    _gather_nd_backward_setup_context, _gather_nd_backward_backward, _gather_nd_backward_jvp,
+    n_tensors=2), n_tensors=2)
 GATHER_ND_OUT = _autograd.OutOverload("gather_nd_out", "gather_nd", n_tensors=2)
 
 

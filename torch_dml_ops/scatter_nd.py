@@ -21,7 +21,6 @@ from typing import Optional
 
 import torch
 
-from torch._library.utils import fill_defaults
 
 from . import _autograd, _backend, _compat
 from ._checks import (check_bool, check_out, check_out_meta, check_scatter_nd, check_tensors,
@@ -109,7 +108,7 @@ def _scatter_nd_setup_context(ctx, inputs, output, previous=None):
     else:
         saved = (indices,)
     ctx.save_for_backward(*saved)
-    ctx.save_for_forward(*saved)
+    _autograd.save_for_jvp(ctx, *saved)
     ctx.reduction = reduction
     ctx.check = inputs[7]          # False: out-of-range tuples were skipped
     ctx.deterministic = inputs[8]
@@ -254,7 +253,7 @@ def _scatter_nd_inplace_autograd(input, indices, updates, *args, **kwargs):
     autograd."""
     if _autograd.derivative_needed((input, updates)):
         _check_in_place_grad(input, updates)
-        args, _ = fill_defaults(_INPLACE_OP._schema, (input, indices, updates) + args, kwargs)
+        args = _INPLACE_FILL((input, indices, updates) + args, kwargs)
         _ScatterNDInplace.apply(*_last_wins(args))
         return None
     return _autograd.below_autograd(_INPLACE_OP, _INPLACE_REDISPATCH, (input, indices, updates),
@@ -287,10 +286,12 @@ torch.library.register_fake("torch_dml_ops::scatter_nd_", _scatter_nd_inplace_fa
 # Gradients w.r.t. input and updates, both modes, any order.
 SCATTER_ND = _autograd.Differentiable("scatter_nd", _autograd.make_function(
     "ScatterND", torch.ops.torch_dml_ops.scatter_nd.default, _scatter_nd_setup_context,
-    _scatter_nd_backward, _scatter_nd_jvp), prepare=_last_wins, n_tensors=3)
+    _scatter_nd_backward, _scatter_nd_jvp, n_tensors=3), prepare=_last_wins,
+    n_tensors=3)
 SCATTER_ND_OUT = _autograd.OutOverload("scatter_nd_out", "scatter_nd", n_tensors=3)
 _INPLACE_OP = torch.ops.torch_dml_ops.scatter_nd_.default
 _INPLACE_REDISPATCH = _INPLACE_OP._handle.redispatch_boxed
+_INPLACE_FILL = _autograd.defaults_filler(_INPLACE_OP._schema)
 lib.impl("scatter_nd_", _scatter_nd_inplace_autograd, "Autograd")
 
 

@@ -62,7 +62,7 @@ def _top_k1_setup_context(ctx, inputs, output):
     input, k, axis = inputs[:3]
     ctx.mark_non_differentiable(output[1])
     ctx.save_for_backward(output[1])
-    ctx.save_for_forward(output[1])
+    _autograd.save_for_jvp(ctx, output[1])
     ctx.axis = axis % input.dim()
     ctx.input_shape = tuple(input.shape)
 

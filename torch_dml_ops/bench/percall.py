@@ -1,11 +1,16 @@
 """Per-call cost of small calls against torch's closest builtins, measured the same way.
 
-``python -m torch_dml_ops.bench.percall [--threads 1] [--rounds 15] [--no-compile]``
+``python -m torch_dml_ops.bench.percall [--threads 1] [--rounds 15] [--no-compile] [--bound]``
 
 Each row times one way of making a small call (eagerly, through ``torch.ops``, inside a
 ``torch.compile``d function, with an input that requires grad) for our op and for torch's
 builtin, in one process: blocks of calls, interleaved, medians of the blocks; the table gives
 the ratio to the builtin measured the same way.
+
+``--bound`` adds what a C++ Autograd kernel could give at best (which torch's stable ABI cannot
+build: it has no autograd API, not even a ``requires_grad`` getter): the gather rows again with
+the op's Python Autograd kernel replaced, for the measurement only, by a fallthrough (no
+autograd at all; removed afterwards).
 """
 from __future__ import annotations
 
@@ -74,7 +79,9 @@ def cases(compile_: bool) -> List[Tuple[str, Dict[str, Callable[[], object]], Li
     out.append(("the same, input requires grad (forward, recorded)", {
         "tdo.gather_nd": lambda: tdo.gather_nd(xg, idx2),
         "index_select": lambda: torch.index_select(xg, 0, idx),
-    }, [("tdo.gather_nd", "index_select")]))
+        "torch.ops gather_nd": lambda: OPS.gather_nd.default(xg, idx2),
+        "torch.ops index_select": lambda: torch.ops.aten.index_select.default(xg, 0, idx),
+    }, [("tdo.gather_nd", "index_select"), ("torch.ops gather_nd", "torch.ops index_select")]))
 
     cache = torch.randn(256, 128, generator=g)
     row = torch.randn(1, 128, generator=g)
@@ -95,6 +102,13 @@ def cases(compile_: bool) -> List[Tuple[str, Dict[str, Callable[[], object]], Li
         pairs.append(("compiled scatter_nd_", "compiled index_copy_"))
     out.append(("scatter_nd_ of one row into a 256x128 float32 cache", fns, pairs))
 
+    cg_ = cache.clone().requires_grad_()
+    rg = row.clone().requires_grad_()
+    out.append(("scatter_nd of one row into 256x128, inputs require grad (recorded)", {
+        "tdo.scatter_nd": lambda: tdo.scatter_nd(cg_, at, rg),
+        "index_copy": lambda: cg_.index_copy(0, at1, rg),
+    }, [("tdo.scatter_nd", "index_copy")]))
+
     logits = torch.randn(1, 50257, generator=g)
     out.append(("top-k 50 of 50257 (one row)", {
         "tdo.top_k1": lambda: tdo.top_k1(logits, 50),
@@ -102,7 +116,47 @@ def cases(compile_: bool) -> List[Tuple[str, Dict[str, Callable[[], object]], Li
         "torch.topk": lambda: torch.topk(logits, 50),
         "torch.ops topk": lambda: torch.ops.aten.topk.default(logits, 50),
     }, [("tdo.top_k1", "torch.topk"), ("torch.ops top_k1", "torch.ops topk")]))
+    lg = logits.clone().requires_grad_()
+    out.append(("the same, input requires grad (recorded)", {
+        "tdo.top_k1": lambda: tdo.top_k1(lg, 50),
+        "torch.topk": lambda: torch.topk(lg, 50),
+    }, [("tdo.top_k1", "torch.topk")]))
     return out
+
+
+def bound_cases(compile_: bool):
+    """The gather rows through ``torch.ops`` and compiled, with the op's Autograd kernel a
+    fallthrough while they run (``--bound``): a context manager and the cases."""
+    import contextlib
+    import warnings
+
+    @contextlib.contextmanager
+    def fallthrough():
+        lib = torch.library.Library("torch_dml_ops", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # "overriding a previously registered kernel"
+            lib.impl("gather_nd", torch.library.fallthrough_kernel, "Autograd")
+        try:
+            yield
+        finally:
+            lib._destroy()                      # the Python Autograd kernel is back
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 64, generator=g)
+    idx = torch.randint(0, 64, (128,), generator=g)
+    idx2 = idx.unsqueeze(1)
+    fns = {
+        "torch.ops gather_nd": lambda: OPS.gather_nd.default(x, idx2),
+        "torch.ops index_select": lambda: torch.ops.aten.index_select.default(x, 0, idx),
+    }
+    pairs = [("torch.ops gather_nd", "torch.ops index_select")]
+    if compile_:
+        cg = torch.compile(lambda a, i: OPS.gather_nd.default(a, i), fullgraph=True)
+        cb = torch.compile(lambda a, i: torch.index_select(a, 0, i), fullgraph=True)
+        fns["compiled gather_nd"] = lambda: cg(x, idx2)
+        fns["compiled index_select"] = lambda: cb(x, idx)
+        pairs.append(("compiled gather_nd", "compiled index_select"))
+    return fallthrough, [("bound: gather 128 rows, no Python Autograd kernel", fns, pairs)]
 
 
 def main(argv=None) -> int:
@@ -110,17 +164,28 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--bound", action="store_true",
+                    help="also the rows a C++ Autograd kernel could give at best")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s), backend {tdo.current_backend()}, "
           f"medians of {args.rounds} interleaved blocks")
     print("| call | ours (us) | builtin | builtin (us) | ratio |\n| --- | --- | --- | --- | --- |")
     for title, fns, pairs in cases(not args.no_compile):
-        med = time_interleaved(fns, args.rounds)
-        for ours, builtin in pairs:
-            print(f"| {title}: {ours} | {med[ours] * 1e6:.2f} | {builtin} | "
-                  f"{med[builtin] * 1e6:.2f} | {med[ours] / med[builtin]:.2f} |")
+        _report(title, fns, pairs, args.rounds)
+    if args.bound:
+        fallthrough, bound = bound_cases(not args.no_compile)
+        with fallthrough():
+            for title, fns, pairs in bound:
+                _report(title, fns, pairs, args.rounds)
     return 0
+
+
+def _report(title, fns, pairs, rounds) -> None:
+    med = time_interleaved(fns, rounds)
+    for ours, builtin in pairs:
+        print(f"| {title}: {ours} | {med[ours] * 1e6:.2f} | {builtin} | "
+              f"{med[builtin] * 1e6:.2f} | {med[ours] / med[builtin]:.2f} |")
 
 
 if __name__ == "__main__":
