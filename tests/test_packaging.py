@@ -245,3 +245,60 @@ def test_isolated_build_that_cannot_see_torch_fails_saying_what_to_do(tmp_path):
     assert "torch is not installed where this build can see it" in out
     assert "--no-isolation" in out and "TORCH_DML_OPS_SKIP_EXTENSION=1" in out
     assert not list(tmp_path.glob("*.whl"))
+
+
+# Private torch APIs: named only in torch_dml_ops/_compat.py, where each is probed and says what
+# it buys.  _inductor_fixes.py is itself a patch of an Inductor bug, inert where torch has the fix
+# or lacks the pieces (its docstring).
+_PRIVATE = re.compile(r"\btorch(\.\w+)*\._(?!_version__)\w+|\b_C\.\w+|\b_C\b|\._handle\b"
+                      r"|\b_pytree\b|\._destroy\b|\b_fwad\b|\bfrom torch\._\w+"
+                      r"|\bfrom torch(\.\w+)* import _\w+")
+_PRIVATE_ALLOWED = {"_compat.py", "_inductor_fixes.py"}
+
+
+def _code_lines(path: Path):
+    """(line, code) of ``path`` without comments and string literals."""
+    import io
+    import tokenize
+    lines: dict = {}
+    for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if tok.type not in (tokenize.COMMENT, tokenize.STRING):
+            lines.setdefault(tok.start[0], []).append(tok.string)
+    return [(n, re.sub(r"\s*\.\s*", ".", " ".join(t))) for n, t in sorted(lines.items())]
+
+
+def test_private_torch_apis_are_named_only_in_the_compat_module():
+    found = []
+    for path in sorted((ROOT / "torch_dml_ops").rglob("*.py")) + sorted(
+            (ROOT / "triton_kernels").rglob("*.py")):
+        if path.name in _PRIVATE_ALLOWED:
+            continue
+        for n, code in _code_lines(path):
+            code = code.replace("torch.ops.torch_dml_ops._", "torch.ops.torch_dml_ops.")
+            if _PRIVATE.search(code):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {code}")
+    assert not found, "private torch APIs outside _compat.py:\n" + "\n".join(found)
+
+
+def test_private_api_probes_fall_back(monkeypatch):
+    """Without the eager shortcut's private APIs the public functions take the dispatcher, and
+    give the same results; without Library._destroy a registration says it cannot be removed."""
+    import torch_dml_ops as tdo
+    from torch_dml_ops import _compat
+    x = torch.randn(6, 5)
+    i = torch.tensor([[4], [-1], [0]])
+    want = tdo.gather_nd(x, i)
+    monkeypatch.setattr(_compat, "EAGER_SHORTCUT", False)
+    assert not _compat.nothing_intercepts() and not _compat.eager_and_unobserved()
+    assert torch.equal(tdo.gather_nd(x, i), want)
+    assert torch.equal(tdo.scatter_nd(x, i, torch.ones(3, 5)), x.index_copy(
+        0, torch.tensor([4, 5, 0]), torch.ones(3, 5)))
+    assert _compat._lookup("_C._no_such_api") is None
+    assert _compat._lookup("_functorch.no_such_module.x") is None
+    with pytest.raises(ImportError, match="torch._C._no_such_api .*lacks"):
+        _compat._required("_C._no_such_api", "testing")
+
+    class NoDestroy:
+        pass
+    with pytest.raises(RuntimeError, match="cannot remove"):
+        _compat.drop_library(NoDestroy())

@@ -25,11 +25,10 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 import torch
-import torch.autograd.forward_ad as _fwad
-from torch import _C
 
 from ._backend import backend_key, eager_keyset
-from ._compat import function_applier
+from ._compat import (apply_through_functorch, below_autograd_guard, forward_ad_active,
+                      forward_ad_level_open, function_applier, functorch_active, redispatcher)
 from ._library import NAMESPACE, lib
 
 
@@ -37,32 +36,27 @@ def below_autograd(op, redispatch, tensors, args, kwargs):
     """Run ``op`` below the Autograd key (an Autograd kernel with nothing to record): straight
     to the backend kernel for plain CPU/CUDA tensors (``backend_key``; ~1 us cheaper than
     masking the dispatcher's key set), else through the dispatcher below autograd."""
-    keyset = backend_key(tensors)
+    keyset = backend_key(tensors) if redispatch is not None else None
     if keyset is not None:
         return redispatch(keyset, *args, **kwargs)
-    with _C._AutoDispatchBelowAutograd():
+    with below_autograd_guard():
         return op(*args, **kwargs)
-
-
-def forward_ad_active() -> bool:
-    """Whether a ``torch.autograd.forward_ad.dual_level`` is open (dual tensors may exist)."""
-    return _fwad._current_level >= 0 and _C._is_fwd_grad_enabled()
 
 
 def save_for_jvp(ctx, *tensors) -> None:
     """``ctx.save_for_forward`` where a jvp can follow: only a call made while a forward-AD
     level is open (torch.func's jvp opens one too) computes tangents, and it does so at once."""
-    if _fwad._current_level >= 0:
+    if forward_ad_level_open():
         ctx.save_for_forward(*tensors)
 
 
 def derivative_needed(tensors: Sequence) -> bool:
     """Whether a call on ``tensors`` (the op's tensor arguments) must be recorded by autograd
-    (either mode) or torch.func.  Runs on every call: ~0.3 us (``_C._any_requires_grad`` takes
-    1.2 us)."""
-    if _C._are_functorch_transforms_active() or forward_ad_active():
+    (either mode) or torch.func.  Runs on every call: ~0.3 us (torch's ``_any_requires_grad``
+    takes 1.2 us)."""
+    if functorch_active() or forward_ad_active():
         return True
-    if _C.is_grad_enabled():
+    if torch.is_grad_enabled():
         for t in tensors:
             if t.requires_grad:
                 return True
@@ -106,7 +100,7 @@ def make_function(name: str, op, setup_context: Callable, backward: Callable,
     the same Function for every other call, without the ``_Const`` handling (what the eager
     path applies: ``Differentiable``)."""
 
-    redispatch = op._handle.redispatch_boxed
+    redispatch = redispatcher(op)
 
     def forward(*args):
         return below_autograd(op, redispatch, args[:n_tensors], args, {})
@@ -152,7 +146,7 @@ class Differentiable:
         # Outside torch.func transforms: the plain Function, without torch's Python wrapper.
         self._apply = function_applier(getattr(function, "plain"), n_tensors)
         self._fill = defaults_filler(self.op._schema)
-        self._redispatch = self.op._handle.redispatch_boxed
+        self._redispatch = redispatcher(self.op)
         lib.impl(opname, self._kernel, "Autograd")
 
     def call(self, *args):
@@ -170,7 +164,7 @@ class Differentiable:
         tensors = args[:self.n_tensors]
         if derivative_needed(tensors):
             return self._record(args)
-        keyset = eager_keyset(tensors)
+        keyset = eager_keyset(tensors) if self._redispatch is not None else None
         if keyset is not None:
             return self._redispatch(keyset, *args)
         return self.op(*args)
@@ -183,32 +177,9 @@ class Differentiable:
             return self.op(*args)
         if self.prepare is not None:
             args = self.prepare(args)
-        if _C._are_functorch_transforms_active():
+        if functorch_active():
             return self.function.apply(*_wrap(args))
         return self._apply(*args)
-
-    def _through_functorch(self, args):
-        """Reached through ``torch.ops`` inside a torch.func transform, below the functorch layer
-        that dispatched here: apply the Function as torch.func expects, through its
-        interpreters (as the higher-order op custom_function_call would be)."""
-        from torch._functorch.autograd_function import custom_function_call
-        from torch._functorch.pyfunctorch import dispatch_functorch
-        stack = _C._functorch.get_interpreter_stack()
-        if stack and stack[-1].key() == _C._functorch.TransformType.Jvp:
-            # functorch's jvp interpreter cannot be re-entered from inside its own processing
-            # of an op (an internal assert in torch 2.13): say so instead of a wrong tangent.
-            raise RuntimeError(
-                f"{self.op}: forward-mode torch.func transforms (jvp, jacfwd, hessian of a "
-                f"jvp) are not supported through torch.ops.torch_dml_ops.*; call the public "
-                f"torch_dml_ops function, which supports them (reverse mode works either way)")
-        # Grad or vmap: re-enable the functorch layers for this call, so that the transforms
-        # below this one see the Function too.
-        exclude = _C._dispatch_tls_local_exclude_set()
-        for key in (_C.DispatchKey.FuncTorchDynamicLayerFrontMode,
-                    _C.DispatchKey.FuncTorchDynamicLayerBackMode):
-            exclude = exclude.remove(key)
-        with _C._ForceDispatchKeyGuard(_C._dispatch_tls_local_include_set(), exclude):
-            return dispatch_functorch(custom_function_call, (self.function,) + _wrap(args), {})
 
     def _kernel(self, *args, **kwargs):
         tensors = args[:self.n_tensors]
@@ -216,8 +187,9 @@ class Differentiable:
             args = self._fill(args, kwargs)
             if self.prepare is not None:
                 args = self.prepare(args)
-            if _C._are_functorch_transforms_active():
-                return self._through_functorch(args)
+            if functorch_active():
+                # reached through torch.ops inside a torch.func transform
+                return apply_through_functorch(self.function, _wrap(args), str(self.op))
             return self._apply(*args)
         return below_autograd(self.op, self._redispatch, tensors, args, kwargs)
 
@@ -230,7 +202,7 @@ class OutOverload:
         self.op = getattr(getattr(torch.ops, NAMESPACE), opname).default
         self.public_name = public_name
         self.n_tensors = n_tensors          # the leading tensor arguments (out aside)
-        self._redispatch = self.op._handle.redispatch_boxed
+        self._redispatch = redispatcher(self.op)
         lib.impl(opname, self._kernel, "Autograd")
 
     def _refuse_grad(self) -> None:
@@ -239,14 +211,13 @@ class OutOverload:
             f"differentiation, but one of the arguments requires grad.")
 
     def _kernel(self, *args, **kwargs):
-        if _C.is_grad_enabled() and _C._any_requires_grad(*args, **kwargs):
-            self._refuse_grad()
-        return below_autograd(self.op, self._redispatch,
-                              (kwargs["out"],) + args[:self.n_tensors], args, kwargs)
+        tensors = (kwargs["out"],) + args[:self.n_tensors]
+        self.refuse_grad(tensors)
+        return below_autograd(self.op, self._redispatch, tensors, args, kwargs)
 
     def refuse_grad(self, tensors) -> None:
         """torch's refusal of an ``out=`` call where a tensor requires grad (under grad mode).
-        Plain attribute reads, which dynamo traces (it skips ``_C._any_requires_grad``)."""
+        Plain attribute reads, which dynamo traces."""
         if torch.is_grad_enabled():
             for t in tensors:
                 if isinstance(t, torch.Tensor) and t.requires_grad:
@@ -256,7 +227,7 @@ class OutOverload:
         """``tensors``: the inputs and ``out``, for the refusal and the eager shortcut (as in
         ``Differentiable.call``)."""
         self.refuse_grad(tensors)
-        keyset = eager_keyset(tensors)
+        keyset = eager_keyset(tensors) if self._redispatch is not None else None
         if keyset is not None:
             return self._redispatch(keyset, *args, out=out)
         return self.op(*args, out=out)

@@ -43,9 +43,8 @@ import os
 import warnings
 
 import torch
-import torch.autograd.forward_ad as _fwad
-from torch import _C
-
+from ._compat import (CPU_KEYSET, CUDA_KEYSET, drop_library, eager_and_unobserved,
+                      nothing_intercepts)
 from ._library import EXTENSION_ERROR, NAMESPACE, OPS, extension_loaded, lib
 
 BACKENDS = ("auto", "torch", "triton", "native")
@@ -168,7 +167,7 @@ class override:
 
     def __exit__(self, *exc) -> None:
         _, override = _overrides.pop()
-        override._destroy()
+        drop_library(override)
 
 
 def current_backend() -> str:
@@ -219,23 +218,20 @@ def available_backends() -> list:
 # The public functions' path to the kernel
 # ---------------------------------------------------------------------------------------------
 
-_CPU = _C.DispatchKeySet(_C.DispatchKey.CPU)
-_CUDA = _C.DispatchKeySet(_C.DispatchKey.CUDA)
 
 
 def backend_key(tensors):
     """The dispatch key set of the backend kernel for plain CPU or CUDA ``tensors`` with no
     dispatch mode active (the kernel the dispatcher picks below the Autograd key: every key in
-    between falls through for these ops), else None."""
-    if _C._len_torch_dispatch_stack() or torch.autograd.profiler._is_profiler_enabled:
+    between falls through for these ops), else None.  Not inside a torch.func transform,
+    whose wrappers look like plain tensors, nor under a dispatch mode or the profiler."""
+    if not nothing_intercepts():
         return None
-    if _C._functorch.peek_interpreter_stack() is not None:
-        return None         # inside a torch.func transform: its wrappers look like plain tensors
     for t in tensors:
         if type(t) is not torch.Tensor:
             return None     # a subclass, FakeTensor, FunctionalTensor: the full dispatch
     t = tensors[0]
-    return _CPU if t.is_cpu else _CUDA if t.is_cuda else None
+    return CPU_KEYSET if t.is_cpu else CUDA_KEYSET if t.is_cuda else None
 
 
 def eager_keyset(tensors):
@@ -246,12 +242,8 @@ def eager_keyset(tensors):
     torch-function mode, functorch transform or forward-AD level; the caller has established
     that no derivative is needed.
     """
-    if torch.compiler.is_compiling() or _C._get_tracing_state() is not None:
+    if not eager_and_unobserved():
         return None
-    if _C._is_torch_function_mode_enabled():
-        return None
-    if _fwad._current_level >= 0:
-        return None         # dual tensors look like plain tensors (functorch: backend_key)
     return backend_key(tensors)
 
 

@@ -1,11 +1,169 @@
-"""The one place that knows torch versions apart (torch 2.10 through 2.14 are supported).
+"""The one place that knows torch versions apart (torch 2.10 through 2.14 are supported), and
+the one module that names torch's private APIs.
 
 Feature probes, not version strings, where a feature can be probed.  Everything else in the
-package uses APIs common to every supported torch.
+package uses public APIs common to every supported torch, and this module's names for the
+private ones (``tests/test_packaging.py`` checks that no other module reaches for one).  Each
+private API below says what it buys; each is probed at import: the ones the ops cannot work
+without raise an ImportError naming what is missing, the eager shortcut's turn the shortcut off
+(``EAGER_SHORTCUT``), and torch.func through ``torch.ops`` says it is unavailable when reached.
 """
 from __future__ import annotations
 
+import importlib
+from typing import Any, Callable, Optional
+
 import torch
+import torch.autograd.forward_ad as _fwad
+from torch import _C
+
+
+def _lookup(path: str) -> Any:
+    """The object at a dotted path below ``torch`` (modules imported as needed), or None."""
+    parts = path.split(".")
+    obj: Any = torch
+    for i, name in enumerate(parts):
+        try:
+            obj = getattr(obj, name)
+        except AttributeError:
+            try:
+                obj = importlib.import_module(".".join(["torch"] + parts[:i + 1]))
+            except ImportError:
+                return None
+    return obj
+
+
+def _required(path: str, why: str) -> Any:
+    found = _lookup(path)
+    if found is None:
+        raise ImportError(f"torch_dml_ops needs torch.{path} ({why}), which this torch "
+                          f"{torch.__version__} lacks; supported: torch 2.10 to 2.14")
+    return found
+
+
+# ---- required: what the Autograd kernels and the Functions run on ----------------------------
+#: Runs an op below the Autograd key (the Functions' forward; torch's own generated autograd
+#: kernels use it the same way).
+below_autograd_guard = _required("_C._AutoDispatchBelowAutograd", "running an op below autograd")
+#: Whether a torch.func transform is active: every call asks, to record for torch.func.
+functorch_active: Callable[[], bool] = _required(
+    "_C._are_functorch_transforms_active", "torch.func support")
+_fwd_grad_enabled = _required("_C._is_fwd_grad_enabled", "forward-mode AD")
+if not hasattr(_fwad, "_current_level"):
+    raise ImportError("torch_dml_ops needs torch.autograd.forward_ad._current_level "
+                      "(forward-mode AD), which this torch lacks")
+
+
+def forward_ad_level_open() -> bool:
+    """Whether a forward-AD level is open (torch.func's jvp opens one too): dual tensors may
+    exist.  ~0.05 us; the public alternative, unpacking every input, costs a call per tensor."""
+    return _fwad._current_level >= 0
+
+
+def forward_ad_active() -> bool:
+    """Whether a level is open and forward grad is enabled: a call may get tangents."""
+    return _fwad._current_level >= 0 and _fwd_grad_enabled()
+
+
+#: The dispatch key sets of the CPU and CUDA backend kernels, for ``redispatcher`` (the type
+#: torch.library hands a ``with_keyset`` kernel).
+CPU_KEYSET = _C.DispatchKeySet(_C.DispatchKey.CPU)
+CUDA_KEYSET = _C.DispatchKeySet(_C.DispatchKey.CUDA)
+
+
+def drop_library(lib: torch.library.Library) -> None:
+    """Remove every registration ``lib`` made (``Library._destroy``, what torch's own tests
+    and scoped libraries use): how a backend override or an ONNX export's temporary kernels end.
+    Without it a registration cannot be undone, which this says."""
+    destroy = getattr(lib, "_destroy", None)
+    if destroy is None:
+        raise RuntimeError(f"torch_dml_ops: this torch {torch.__version__} cannot remove "
+                           f"a torch.library registration (no Library._destroy)")
+    destroy()
+
+
+def register_namedtuple(cls: type, name: str) -> None:
+    """Register a NamedTuple with torch's pytree under a stable serialized name, so that
+    ``torch.export.save`` can write a program that returns one (``_register_namedtuple``, what
+    torch registers its own return types with).  Where torch lacks it, the tuple stays a
+    plain pytree node: only saving such a program then fails, naming the type."""
+    from torch.utils import _pytree
+    reg = getattr(_pytree, "_register_namedtuple", None)
+    if reg is not None:
+        reg(cls, serialized_type_name=name)
+
+
+# ---- the eager shortcut: a public function straight to the backend kernel -----------------
+# Skips the Python Autograd kernel (~1.5-3 us of a 5-8 us small call: docs/backends.md, the
+# per-call table) when nothing could observe the call below it.  Without any of these, the
+# public functions go through the dispatcher like torch.ops callers.
+_redispatch_attr = "redispatch_boxed"
+_dispatch_stack_len = _lookup("_C._len_torch_dispatch_stack")
+_profiler = _lookup("autograd.profiler")
+_peek_functorch = _lookup("_C._functorch.peek_interpreter_stack")
+_tracing_state = _lookup("_C._get_tracing_state")
+_torch_function_mode = _lookup("_C._is_torch_function_mode_enabled")
+EAGER_SHORTCUT = (None not in (_dispatch_stack_len, _peek_functorch, _tracing_state,
+                               _torch_function_mode)
+                  and hasattr(_profiler, "_is_profiler_enabled")
+                  and hasattr(torch.ops.aten.add.Tensor, "_handle")
+                  and hasattr(torch.ops.aten.add.Tensor._handle, _redispatch_attr))
+
+
+def redispatcher(op) -> Optional[Callable]:
+    """``op``'s redispatch to a given dispatch key set (boxed), or None where torch lacks it."""
+    handle = getattr(op, "_handle", None)
+    return getattr(handle, _redispatch_attr, None)
+
+
+def nothing_intercepts() -> bool:
+    """No torch-dispatch mode, profiler or torch.func transform that a call straight to a
+    backend kernel would bypass (False where the probes are missing: take the dispatcher)."""
+    return (EAGER_SHORTCUT and not _dispatch_stack_len()
+            and not _profiler._is_profiler_enabled and _peek_functorch() is None)
+
+
+def eager_and_unobserved() -> bool:
+    """Plain eager mode: not compiling or jit tracing, no torch-function mode, no forward-AD
+    level (dual tensors look like plain tensors)."""
+    return (EAGER_SHORTCUT and not torch.compiler.is_compiling() and _tracing_state() is None
+            and not _torch_function_mode() and _fwad._current_level < 0)
+
+
+# ---- torch.func through torch.ops (the Autograd kernel inside a transform) -------------------
+def apply_through_functorch(function: type, args: tuple, opname: str):
+    """Apply ``function`` (an autograd.Function for torch.func) to ``args`` as torch.func does
+    (the higher-order op custom_function_call through its interpreters), from an Autograd kernel
+    reached through ``torch.ops`` inside a transform, below the functorch layer that dispatched
+    there.  Raises a RuntimeError where torch lacks the pieces, or inside a forward-mode
+    transform (functorch's jvp interpreter cannot be re-entered from inside its own processing
+    of an op: an internal assert in torch 2.13)."""
+    call = _lookup("_functorch.autograd_function.custom_function_call")
+    dispatch = _lookup("_functorch.pyfunctorch.dispatch_functorch")
+    stack_of = _lookup("_C._functorch.get_interpreter_stack")
+    jvp = _lookup("_C._functorch.TransformType.Jvp")
+    guard = _lookup("_C._ForceDispatchKeyGuard")
+    tls_in = _lookup("_C._dispatch_tls_local_include_set")
+    tls_ex = _lookup("_C._dispatch_tls_local_exclude_set")
+    if None in (call, dispatch, stack_of, jvp, guard, tls_in, tls_ex):
+        raise RuntimeError(
+            f"{opname}: torch.func transforms through torch.ops.torch_dml_ops.* need torch "
+            f"internals this torch {torch.__version__} lacks; call the public torch_dml_ops "
+            f"function, which supports them")
+    stack = stack_of()
+    if stack and stack[-1].key() == jvp:
+        raise RuntimeError(
+            f"{opname}: forward-mode torch.func transforms (jvp, jacfwd, hessian of a "
+            f"jvp) are not supported through torch.ops.torch_dml_ops.*; call the public "
+            f"torch_dml_ops function, which supports them (reverse mode works either way)")
+    # Grad or vmap: re-enable the functorch layers for this call, so that the transforms below
+    # this one see the Function too.
+    exclude = tls_ex()
+    for key in (_C.DispatchKey.FuncTorchDynamicLayerFrontMode,
+                _C.DispatchKey.FuncTorchDynamicLayerBackMode):
+        exclude = exclude.remove(key)
+    with guard(tls_in(), exclude):
+        return dispatch(call, (function,) + tuple(args), {})
 
 #: torch 2.10's AOTInductor hands a ScalarType argument of a custom op to the kernel as
 #: torch.export's serialized enum value, not c10's (pytorch/pytorch#169157, fixed by #173562):
@@ -30,11 +188,13 @@ def exporting() -> bool:
 
 
 def all_gather_single(tensor, gather_dim: int, group):
-    """``funcol.all_gather_single`` (torch 2.13 on); before, the same collective is
-    ``all_gather_tensor``, which torch 2.14 deprecates (it warns on each call)."""
+    """The tensors of every rank of ``group`` concatenated along ``gather_dim``, waited for:
+    ``funcol.all_gather_single`` (torch 2.13 on); before, the same collective is
+    ``all_gather_tensor``, which torch 2.14 deprecates (it warns on each call).  Functional
+    collectives (private module): what DTensor's own ops use, and traceable by torch.compile."""
     from torch.distributed import _functional_collectives as funcol
     fn = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
-    return fn(tensor, gather_dim=gather_dim, group=group)
+    return funcol.wait_tensor(fn(tensor, gather_dim=gather_dim, group=group))
 
 
 def dtensor_op_handlers():
@@ -93,8 +253,8 @@ def function_applier(function: "type[torch.autograd.Function]", n_tensors: int):
     transform has exited, and hands the call to ``_C._FunctionBase.apply``, which runs forward
     and setup_context and records the node.  This does the last two only.  Probed: where torch
     lacks either piece it is ``function.apply`` itself."""
-    base = getattr(torch._C, "_FunctionBase", None)
-    unwrap = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
+    base = _lookup("_C._FunctionBase")
+    unwrap = _lookup("_C._functorch.unwrap_if_dead")
     try:
         apply = base.__dict__["apply"].__get__(None, function)
     except (AttributeError, KeyError, TypeError):

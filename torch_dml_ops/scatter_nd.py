@@ -238,7 +238,7 @@ class _ScatterNDInplace(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, indices, updates, *rest):
         previous = input.clone() if rest[0] in _COMBINING else None
-        with torch._C._AutoDispatchBelowAutograd():
+        with _compat.below_autograd_guard():
             _INPLACE_OP(input, indices, updates, *rest)
         ctx.mark_dirty(input)
         _scatter_nd_setup_context(ctx, (input, indices, updates) + rest, input, previous)
@@ -265,7 +265,7 @@ def _check_in_place_grad(input, updates, transforms: bool = True) -> None:
     transforms (``transforms=False``: the vmap rule, running under its own transform), a leaf
     target that requires grad."""
     if _autograd.forward_ad_active() or (
-            transforms and torch._C._are_functorch_transforms_active()):
+            transforms and _compat.functorch_active()):
         raise RuntimeError(
             "scatter_nd_: forward-mode AD and torch.func transforms are not supported through "
             "the in-place scatter; use the functional torch_dml_ops.scatter_nd")
@@ -290,7 +290,7 @@ SCATTER_ND = _autograd.Differentiable("scatter_nd", _autograd.make_function(
     n_tensors=3)
 SCATTER_ND_OUT = _autograd.OutOverload("scatter_nd_out", "scatter_nd", n_tensors=3)
 _INPLACE_OP = torch.ops.torch_dml_ops.scatter_nd_.default
-_INPLACE_REDISPATCH = _INPLACE_OP._handle.redispatch_boxed
+_INPLACE_REDISPATCH = _compat.redispatcher(_INPLACE_OP)
 _INPLACE_FILL = _autograd.defaults_filler(_INPLACE_OP._schema)
 lib.impl("scatter_nd_", _scatter_nd_inplace_autograd, "Autograd")
 

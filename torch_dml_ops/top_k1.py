@@ -17,7 +17,6 @@ import sys
 from typing import TYPE_CHECKING, NamedTuple, Union, cast
 
 import torch
-import torch.utils._pytree as _pytree
 
 from . import _autograd, _backend, _compat
 from ._checks import as_int, check_top_k1, raise_documented
@@ -46,7 +45,7 @@ class TopK1Result(NamedTuple):
 
 
 # torch.export.save serializes a program's output structure by name.
-_pytree._register_namedtuple(TopK1Result, serialized_type_name="torch_dml_ops.TopK1Result")
+_compat.register_namedtuple(TopK1Result, "torch_dml_ops.TopK1Result")
 
 
 def _top_k1_fake(input, k, axis=-1, direction="decreasing", index_dtype=None,

@@ -130,6 +130,8 @@ def bound_cases(compile_: bool):
     import contextlib
     import warnings
 
+    from torch_dml_ops._compat import drop_library
+
     @contextlib.contextmanager
     def fallthrough():
         lib = torch.library.Library("torch_dml_ops", "IMPL")
@@ -139,7 +141,7 @@ def bound_cases(compile_: bool):
         try:
             yield
         finally:
-            lib._destroy()                      # the Python Autograd kernel is back
+            drop_library(lib)                   # the Python Autograd kernel is back
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 64, generator=g)

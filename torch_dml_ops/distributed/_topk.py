@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any, Dict, Union, cast
 
 import torch
-import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from .._checks import check_top_k1
@@ -67,7 +66,6 @@ class _ShardedTopK(torch.autograd.Function):
                 v = torch.cat([v, v.new_zeros(v.shape[:-1] + (pad,))], dim=-1)
                 i = torch.cat([i, i.new_zeros(i.shape[:-1] + (pad,))], dim=-1)
             gathered = all_gather_single(_pack(v, i).unsqueeze(0), gather_dim=0, group=group)
-            gathered = funcol.wait_tensor(gathered)
             cand_v, cand_i = [], []
             for r, size in enumerate(sizes):
                 real = min(k, size)

@@ -31,6 +31,7 @@ except ImportError as e:  # pragma: no cover - exercised by the packaging test's
 
 import torch
 
+from .. import _compat
 from . import _translations
 from ._translations import OPSET, OnnxExportError
 
@@ -110,7 +111,7 @@ def exporting() -> Iterator[None]:
             _depth -= 1
             if _depth == 0:
                 assert _library is not None     # registered while _depth > 0
-                _library._destroy()
+                _compat.drop_library(_library)
                 _library = None
 
 
