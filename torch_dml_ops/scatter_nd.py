@@ -480,11 +480,11 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
     args = (input, indices, updates, reduction, input_dimension_count, indices_dimension_count,
             level, check_indices, False)
     try:
-        keyset = None
-        if not _autograd.derivative_needed((input, indices, updates)):
+        redispatch, keyset = _INPLACE_REDISPATCH, None
+        if redispatch is not None and not _autograd.derivative_needed((input, indices, updates)):
             keyset = _backend.eager_keyset((input, indices, updates))
-        if keyset is not None:
-            _INPLACE_REDISPATCH(keyset, *args)
+        if redispatch is not None and keyset is not None:
+            redispatch(keyset, *args)
         else:
             _INPLACE_OP(*args)
         return input
