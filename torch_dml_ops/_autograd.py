@@ -103,7 +103,11 @@ def make_function(name: str, op, setup_context: Callable, backward: Callable,
     redispatch = redispatcher(op)
 
     def forward(*args):
-        return below_autograd(op, redispatch, args[:n_tensors], args, {})
+        keyset = backend_key(args[:n_tensors]) if redispatch is not None else None
+        if keyset is not None:
+            return redispatch(keyset, *args)
+        with below_autograd_guard():
+            return op(*args)
 
     formulas = {"backward": staticmethod(backward), "jvp": staticmethod(jvp)}
     plain = type(name, (torch.autograd.Function,), {

@@ -262,6 +262,11 @@ def function_applier(function: "type[torch.autograd.Function]", n_tensors: int):
     if apply is None or unwrap is None:
         return function.apply
 
+    if n_tensors == 1:
+        return lambda a, *rest: apply(unwrap(a), *rest)
+    if n_tensors == 2:
+        return lambda a, b, *rest: apply(unwrap(a), unwrap(b), *rest)
+
     def run(*args):
         return apply(*[unwrap(t) for t in args[:n_tensors]], *args[n_tensors:])
     return run
