@@ -66,6 +66,10 @@ inline bool same_sizes(const Tensor& a, const Tensor& b) {
 constexpr int64_t kNoError = INT64_MAX;
 // At most this many parallel parts (per-part scratch is sized by it).
 constexpr int kMaxThreads = 64;
+// Minimum work per thread of the gather and scatter loops, in units of about one tuple plus one
+// 64-byte line of slice: 2048 lines is torch's own grain (32768 float32 elements).  Smaller
+// calls run on the calling thread alone.
+constexpr int64_t kGrain = int64_t(1) << 11;
 
 // ------------------------------------------------------------------------------------------
 // SIMD level, chosen at run time

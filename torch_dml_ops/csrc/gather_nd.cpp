@@ -43,9 +43,6 @@ namespace {
 
 constexpr const char* kOp = "gather_nd";
 constexpr const char* kBackwardOp = "gather_nd_backward";
-// Minimum work per thread (about one tuple plus one 64-byte line of slice each): smaller calls
-// run on the calling thread alone.
-constexpr int64_t kGrain = int64_t(1) << 11;
 // How far ahead (in tuples) source rows are prefetched for small slices.
 constexpr int kBlock = 32;
 // Outputs at least this large are written with streaming stores (well beyond the last-level

@@ -47,11 +47,8 @@ constexpr const char* kOp = "scatter_nd";
 constexpr const char* kInplaceOp = "scatter_nd_";
 constexpr const char* kOutName = "OutputTensor (out)";
 constexpr const char* kTargetName = "InputTensor (the in-place target)";
-// Minimum work per thread (about one tuple plus one 64-byte line of slice each; 2048 lines is
-// torch's own grain, 32768 float32 elements): smaller calls run on the calling thread alone.
-constexpr int64_t kGrain = int64_t(1) << 11;
-// The same for the row scan of rows of at most 16 bytes, where every part reads all n row
-// numbers: a split pays only once the writes miss the cache (measured: 128x128 and 256x256
+// kGrain (common.h) for the row scan of rows of at most 16 bytes, where every part reads all
+// n row numbers: a split pays only once the writes miss the cache (measured: 128x128 and 256x256
 // element scatters were 1.4-1.8x slower split in two, 512x512 and up faster).
 constexpr int64_t kGrainShortRows = int64_t(1) << 15;
 // How far ahead (in tuples) destination rows are prefetched for small slices.

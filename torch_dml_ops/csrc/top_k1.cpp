@@ -29,7 +29,7 @@
 // On random data a row of 1024 with k = 8 has ~11 candidates.  The k winners are sorted at the
 // end (k == n: one sort).  k == 1 is a block-wise max, then its first index by a vector
 // compare.  The vector loops are compiled portable, for AVX2 and for AVX-512 and picked at run
-// time (cpu_isa).  Rows are spread over torch's threads (cost rule: kGrain in element-steps);
+// time (cpu_isa).  Rows are spread over torch's threads (cost rule: kStepGrain in element-steps);
 // rows fewer than the threads are split into segments whose candidates are merged.
 //
 // Memory safety: every rule of the Python check (_checks.check_top_k1) is enforced first, with
@@ -58,7 +58,7 @@ namespace {
 
 // Work one thread gets at least, in element-steps (a row of n counts n for k == 1, 4n for the
 // selections): calls below ~2x this run on the calling thread.
-constexpr int64_t kGrain = int64_t(1) << 15;
+constexpr int64_t kStepGrain = int64_t(1) << 15;
 // When there are fewer rows than threads, rows of at least 2 * kSegMin elements are split into
 // segments (>= kSegMin each) whose candidates are merged.
 constexpr int64_t kSegMin = int64_t(1) << 15;
@@ -1162,9 +1162,9 @@ struct TopK {
       });
       return;
     }
-    // a row costs ~n (k == 1) to ~4n (k > 1, short rows) element-steps: kGrain is in element-steps
+    // a row costs ~n (k == 1) to ~4n (k > 1, short rows) element-steps, kStepGrain's unit
     const int64_t work = k == 1 ? n : 4 * n;
-    const int parts = parts_for(rows, (kGrain + work - 1) / work);
+    const int parts = parts_for(rows, (kStepGrain + work - 1) / work);
     Scratch sc(*this, parts);
     parallel_parts(rows, parts, [&](int64_t b, int64_t e, int part) {
       CT* buf = sc.buf[part].get();
