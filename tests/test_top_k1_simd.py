@@ -1,9 +1,10 @@
 """top_k1's C++ CPU kernel on each SIMD path it selects at run time (portable, AVX2, AVX-512:
 csrc/top_k1.cpp), each in its own process with TORCH_DML_OPS_CPU_ISA capping the level, against
 the loop oracle (reference.top_k1_ref): every dtype, both directions, rows around the block,
-word and lane sizes, k around the sorted/buffered switch and the group bound, NaN in a later
-block (the native pass hands such a block to the key pass), +-0.0, +-inf, ties, denormals with
-flush-to-zero on."""
+word and lane sizes, k around the min/max network, the sorted/buffered switch and the group
+bound, rows that take the two-pass bound (more than one block, at most kTwoPassMax), NaN in a
+later block (the native pass hands such a block to the key pass; a two-pass row goes back to one
+pass), +-0.0, +-inf, ties, denormals with flush-to-zero on."""
 import os
 import subprocess
 import sys
@@ -58,7 +59,8 @@ def data(n, rows, dtype, kind):
 
 cases = 0
 for n, rows in [(1, 3), (15, 4), (16, 4), (17, 4), (63, 2), (64, 2), (65, 2), (255, 2), (256, 2),
-                (257, 2), (1024, 3), (2047, 1), (2048, 1), (2049, 1), (5000, 1), (70000, 1)]:
+                (257, 2), (1024, 3), (2047, 1), (2048, 1), (2049, 1), (4097, 2), (5000, 1),
+                (65536, 1), (70000, 1)]:
     for dtype in DTYPES:
         for kind in ("random", "ties", "special", "late_nan", "denormal"):
             if kind in ("special", "late_nan", "denormal") and not dtype.is_floating_point:
@@ -67,9 +69,10 @@ for n, rows in [(1, 3), (15, 4), (16, 4), (17, 4), (63, 2), (64, 2), (65, 2), (2
                 continue
             if n >= 5000 and kind == "denormal":
                 continue
-            ks = sorted({1, min(n, 2), min(n, 8), min(n, 15), min(n, 16), min(n, 17), min(n, 40), n})
-            if n > 2049:
-                ks = [k for k in ks if k in (1, 8, 17, 40)]
+            ks = sorted({1, min(n, 2), min(n, 8), min(n, 9), min(n, 15), min(n, 16), min(n, 17),
+                         min(n, 40), min(n, 48), min(n, 49), n})
+            if n > 2049:  # 48 and 49: a two-pass span of 3 blocks has 48 group maxima
+                ks = [k for k in ks if k in (1, 8, 16, 17, 40, 48, 49)]
             x = data(n, rows, dtype, kind)
             for k in ks:
                 for direction in ("decreasing", "increasing"):
