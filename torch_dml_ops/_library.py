@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import glob
 import os
-import sys
 import warnings
 
 import torch
@@ -119,33 +118,3 @@ def document(opname: str, doc: str) -> None:
         schemas.append(schema)
     packet.__doc__ = doc + "\n\nSchemas:\n" + "".join(f"    {s}\n" for s in schemas)
 
-
-def prepare_subclass(t) -> bool:
-    """Called by the public functions for a tensor of a subclass only (never for a plain
-    tensor): a DTensor needs the ops' sharding rules, which ``torch_dml_ops.distributed``
-    registers on import.  Imported here, lazily, so that ``import torch_dml_ops`` does not import
-    torch.distributed.tensor (0.6 s) in processes that never use it.  Returns whether ``t`` is
-    a DTensor."""
-    if "torch.distributed.tensor" in sys.modules:
-        from . import distributed  # noqa: F401
-        return isinstance(t, sys.modules["torch.distributed.tensor"].DTensor)
-    return False
-
-
-def into_dtensor_out(overload, out, tensors, compute):
-    """``out=`` on DTensors (``overload``: the ``_autograd.OutOverload``): ``compute()`` (the functional op, which runs under its sharding
-    rules) and then ``out.copy_(result)``, which moves the result to ``out``'s placements if
-    they differ.  So every ``out`` placement works (the ``out=`` overloads' rules take only the
-    output's placements), the op runs sharded rather than on inputs redistributed to suit
-    ``out``, and a call that fails writes nothing.  The cost: one output-sized temporary."""
-    from ._checks import check_out_meta
-    op = overload.public_name
-    DTensor = sys.modules["torch.distributed.tensor"].DTensor
-    if not isinstance(out, DTensor):
-        raise RuntimeError(f"{op}: out= is a {type(out).__name__} while the inputs are DTensors; "
-                           f"pass a DTensor out= (on the inputs' device mesh)")
-    overload.refuse_grad(tuple(t for t in tensors + (out,) if isinstance(t, torch.Tensor)))
-    result = compute()
-    check_out_meta(op, out, result.shape, result.dtype)
-    out.copy_(result)
-    return out

@@ -17,14 +17,15 @@ from typing import Optional
 
 import torch
 
-from . import _autograd, _backend
+from . import _autograd, _backend, _subclass
 from ._checks import (as_int, check_bool, check_gather_nd, check_out, check_out_meta,
                       check_tensors, raise_documented)
 from ._forms import backward_layout, indexed_sizes
 from ._levels import _state
 from ._inductor_fixes import lower_storage_offset
-from ._library import document, into_dtensor_out, lib, prepare_subclass
+from ._library import document, lib
 from ._tables import SIGNED_INDEX_DTYPES
+from .portable._common import in_range
 
 __all__ = ["gather_nd"]
 
@@ -71,7 +72,6 @@ def tuples_in_range(indices: torch.Tensor, index_sizes) -> torch.Tensor:
     """Bool, ``indices.shape[:-1]``: whether every coordinate of each tuple is in range for the
     indexed sizes (the tuples a ``check_indices=False`` call does not skip).  Torch ops only, on
     the indices' device, no host sync."""
-    from .portable._common import in_range
     i = indices.view(torch.int64) if indices.dtype == torch.uint64 else indices.to(torch.int64)
     return in_range(i, index_sizes, indices.dtype in SIGNED_INDEX_DTYPES)
 
@@ -249,10 +249,11 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
         tensor([[2., 3.],
                 [0., 1.]])
     """
-    if type(input) is not torch.Tensor and prepare_subclass(input) and out is not None:
-        return into_dtensor_out(GATHER_ND_OUT, out, (input, indices), lambda: gather_nd(
-            input, indices, batch_dims, input_dimension_count=input_dimension_count,
-            indices_dimension_count=indices_dimension_count, check_indices=check_indices))
+    if type(input) is not torch.Tensor:     # a subclass: a DTensor's out= (_subclass)
+        routed = _subclass.route("gather_nd", input, indices, batch_dims, input_dimension_count,
+                                 indices_dimension_count, check_indices, out)
+        if routed is not None:
+            return routed
     level = _state.level
     batch_dims = as_int("gather_nd", "batch_dims", batch_dims)
     if type(check_indices) is not bool:     # the dispatcher would take an int for a bool

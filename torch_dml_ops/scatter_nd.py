@@ -22,14 +22,14 @@ from typing import Optional
 import torch
 
 
-from . import _autograd, _backend, _compat
+from . import _autograd, _backend, _compat, _subclass
 from ._checks import (check_bool, check_out, check_out_meta, check_scatter_nd, check_tensors,
                       raise_documented)
 from ._forms import GatherLayout, gather_layout
 from ._inductor_fixes import lower_storage_offset
 from ._levels import _state
 from ._types import Reduction
-from ._library import document, into_dtensor_out, lib, prepare_subclass
+from ._library import document, lib
 from .gather_nd import GATHER_ND, tuples_in_range
 
 __all__ = ["scatter_nd", "scatter_nd_"]
@@ -419,17 +419,11 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         ...            torch.tensor([9., 10, 11, 12]))
         tensor([ 1., 11.,  3., 10.,  9.,  6.,  7., 12.])
     """
-    if type(input) is not torch.Tensor and prepare_subclass(input):
-        if out is not None:
-            return into_dtensor_out(
-                SCATTER_ND_OUT, out, (input, indices, updates), lambda: scatter_nd(
-                    input, indices, updates, reduction,
-                    input_dimension_count=input_dimension_count,
-                    indices_dimension_count=indices_dimension_count,
-                    check_indices=check_indices))
-        from .distributed._scatter import route     # a DTensor sharded on an indexed dim
-        routed = route(input, indices, updates, reduction, input_dimension_count,
-                       indices_dimension_count, check_indices, inplace=False)
+    if type(input) is not torch.Tensor:
+        # a subclass: a DTensor's out=, or one sharded on an indexed dim (_subclass)
+        routed = _subclass.route("scatter_nd", input, indices, updates, reduction,
+                                 input_dimension_count, indices_dimension_count, check_indices,
+                                 out)
         if routed is not None:
             return routed
     level = _state.level
@@ -468,10 +462,10 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
     requires grad is refused, as by every in-place op.  A failing call (bad index, shape, dtype)
     leaves ``input`` unmodified.
     """
-    if type(input) is not torch.Tensor and prepare_subclass(input):
-        from .distributed._scatter import route     # a DTensor sharded on an indexed dim
-        routed = route(input, indices, updates, reduction, input_dimension_count,
-                       indices_dimension_count, check_indices, inplace=True)
+    if type(input) is not torch.Tensor:
+        # a subclass: a DTensor sharded on an indexed dim (_subclass)
+        routed = _subclass.route("scatter_nd_", input, indices, updates, reduction,
+                                 input_dimension_count, indices_dimension_count, check_indices)
         if routed is not None:
             return routed
     level = _state.level
@@ -489,14 +483,11 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
             _INPLACE_OP(*args)
         return input
     except Exception as exc:
-        if _compat.inplace_placement_refused(exc):
-            def placements(t):
-                return tuple(getattr(t, "placements", ())) or "a plain tensor"
-            raise RuntimeError(
-                f"scatter_nd_: the target DTensor has placements {placements(input)}, which this "
-                f"call cannot keep (IndicesTensor {placements(indices)}, UpdatesTensor "
-                f"{placements(updates)}); use the functional torch_dml_ops.scatter_nd, which "
-                f"returns a new DTensor (the target is unchanged)") from exc
+        if type(input) is not torch.Tensor:
+            # a subclass: DTensor's refusal of a placement change, in the op's terms
+            refused = _subclass.refusal("scatter_nd_", exc, input, indices, updates)
+            if refused is not None:
+                raise refused from exc
         # The documented exception for a refused call, with the kernel's message (see gather_nd).
         def check():
             check_scatter_nd(input, indices, updates, reduction, input_dimension_count,

@@ -13,19 +13,15 @@ kernel, autograd and the vmap rule.  The kernels, one module per backend:
 from __future__ import annotations
 
 import enum
-import sys
-from typing import TYPE_CHECKING, NamedTuple, Union, cast
+from typing import NamedTuple, Union
 
 import torch
 
-from . import _autograd, _backend, _compat
+from . import _autograd, _backend, _compat, _subclass
 from ._checks import as_int, check_top_k1, raise_documented
 from ._levels import PERMISSIVE, _state
-from ._library import document, lib, prepare_subclass
+from ._library import document, lib
 from ._types import Direction
-
-if TYPE_CHECKING:
-    from torch.distributed.tensor import DTensor
 
 __all__ = ["top_k1", "topk", "AxisDirection", "TopK1Result"]
 
@@ -126,19 +122,6 @@ def _direction(direction: Union[str, AxisDirection, int]) -> str:
                      f"got {direction!r}")
 
 
-def _is_dtensor_sharded_on(input, axis) -> bool:
-    """Whether ``input`` is a DTensor sharded along ``axis`` (then the distributed top-k runs:
-    torch_dml_ops.distributed.top_k1).  Reached only for tensors of a subclass."""
-    if "torch.distributed.tensor" not in sys.modules:
-        return False            # no DTensor exists in a process that never imported it
-    prepare_subclass(input)
-    from torch.distributed.tensor import DTensor, Shard
-    if not isinstance(input, DTensor) or not isinstance(axis, int):
-        return False
-    ax = axis + input.ndim if axis < 0 else axis
-    return any(isinstance(p, Shard) and p.dim == ax for p in input.placements)
-
-
 def top_k1(input: torch.Tensor, k: int, axis: int = -1,
            direction: Union[Direction, AxisDirection] = "decreasing",
            index_dtype: torch.dtype = torch.int64) -> TopK1Result:
@@ -173,9 +156,11 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
         >>> top_k1(torch.tensor([1., 2, 2, 3]), 3)
         TopK1Result(values=tensor([3., 2., 2.]), indices=tensor([3, 1, 2]))
     """
-    if type(input) is not torch.Tensor and _is_dtensor_sharded_on(input, axis):
-        from .distributed import top_k1 as distributed_top_k1
-        return distributed_top_k1(cast("DTensor", input), k, axis, direction, index_dtype)
+    if type(input) is not torch.Tensor:
+        # a subclass: a DTensor sharded along axis takes the distributed top-k (_subclass)
+        routed = _subclass.route("top_k1", input, k, axis, direction, index_dtype)
+        if routed is not None:
+            return routed
     d = _direction(direction)
     k, axis = as_int("top_k1", "k", k), as_int("top_k1", "axis", axis)
     level = _state.level

@@ -19,6 +19,7 @@ from .._checks import check_scatter_nd
 from .._levels import _state
 from .._tables import SIGNED_INDEX_DTYPES
 from ..portable._common import check_and_wrap_plan, in_range, index_matrix
+from ..scatter_nd import scatter_nd as _scatter_nd, scatter_nd_ as _scatter_nd_
 from ._placements import local_bounds, meta_like, plain
 
 
@@ -117,7 +118,6 @@ def route(input, indices, updates, reduction, input_dimension_count, indices_dim
     if picked is None:
         return None
     local_idx, local_upd = picked
-    from ..scatter_nd import scatter_nd as _scatter_nd, scatter_nd_ as _scatter_nd_
     differentiable = torch.is_grad_enabled() and (input.requires_grad or local_upd.requires_grad)
     if inplace and not differentiable:
         # Into the shard itself; the DTensor's version counter records the write.

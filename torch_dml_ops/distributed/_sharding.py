@@ -11,6 +11,9 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
 from .._compat import dtensor_op_handlers, fix_dtensor_ops_without_returns
+from ..gather_nd import GATHER_ND_OUT
+from ..scatter_nd import SCATTER_ND_OUT
+from ._fronts import into_dtensor_out
 
 _ops = torch.ops.torch_dml_ops
 
@@ -94,12 +97,10 @@ def _gather_nd_backward_rules(grad, indices, index_sizes, batch_dims, input_dime
 
 def _out_handler(overload, functional):
     """DTensor's handler of an ``out=`` overload called through ``torch.ops``: what the public
-    functions do (``_library.into_dtensor_out``): the functional op under its rules, then
+    functions do (``_fronts.into_dtensor_out``): the functional op under its rules, then
     ``out.copy_`` to ``out``'s placements, so every ``out`` placement works and a call that fails
     writes nothing.  Returns None, as the schema (``-> ()``) says: DTensor's generic ``out=``
     path returns ``out``, which torch 2.14 refuses for such a schema."""
-    from .._library import into_dtensor_out
-
     def handler(op_call, args, kwargs):
         kwargs = dict(kwargs)
         out = kwargs.pop("out")
@@ -123,8 +124,6 @@ def register() -> None:
     register_sharding(_ops.top_k1.default)(_top_k1_rules)
     register_sharding(_ops.gather_nd_backward.default)(_gather_nd_backward_rules)
     register_sharding(_ops.scatter_nd_.default)(_scatter_nd_inplace_rules)
-    from ..gather_nd import GATHER_ND_OUT
-    from ..scatter_nd import SCATTER_ND_OUT
     handlers = dtensor_op_handlers()
     if handlers is not None:
         handlers[GATHER_ND_OUT.op] = _out_handler(GATHER_ND_OUT, _ops.gather_nd.default)
