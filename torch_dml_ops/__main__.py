@@ -6,6 +6,7 @@ Every example runs on every available backend; results must be bit-identical to 
 """
 from __future__ import annotations
 
+import importlib.metadata as md
 import os
 import sys
 from typing import cast
@@ -17,6 +18,7 @@ if not torch.cuda.is_available():
 
 import torch_dml_ops as tdo  # noqa: E402
 from torch_dml_ops import _backend  # noqa: E402
+from torch_dml_ops._library import EXTENSION_ERROR  # noqa: E402
 from torch_dml_ops._tables import bits_view  # noqa: E402
 
 
@@ -102,7 +104,6 @@ def _same_bits(a, b) -> bool:
 
 
 def main() -> int:
-    import importlib.metadata as md
     print(f"torch_dml_ops {tdo.__version__} | torch {torch.__version__} | python {sys.version.split()[0]}")
     try:
         tv = md.version("triton")
@@ -111,7 +112,6 @@ def main() -> int:
     err = _backend.triton_import_error()
     print(f"triton {tv}: {'kernels import' if not err else 'unavailable (' + err + ')'}"
           f" | CUDA: {torch.cuda.is_available()} | TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')}")
-    from torch_dml_ops._library import EXTENSION_ERROR
     print(f"C++ CPU kernels (stable ABI): "
           f"{'loaded' if not EXTENSION_ERROR else 'unavailable (' + EXTENSION_ERROR + ')'}"
           f" | threads: {torch.get_num_threads()}")

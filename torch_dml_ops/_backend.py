@@ -43,6 +43,7 @@ import os
 import warnings
 
 import torch
+from . import portable as _portable
 from ._compat import (CPU_KEYSET, CUDA_KEYSET, drop_library, eager_and_unobserved,
                       nothing_intercepts)
 from ._library import EXTENSION_ERROR, NAMESPACE, OPS, extension_loaded, lib
@@ -70,8 +71,7 @@ def interpreting() -> bool:
 
 
 def portable_kernels() -> dict:
-    from .portable import KERNELS
-    return KERNELS
+    return _portable.KERNELS
 
 
 def triton_kernels() -> dict:

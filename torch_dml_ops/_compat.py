@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.autograd.forward_ad as _fwad
 from torch import _C
+from torch.utils import _pytree
 
 
 def _lookup(path: str) -> Any:
@@ -87,7 +88,6 @@ def register_namedtuple(cls: type, name: str) -> None:
     ``torch.export.save`` can write a program that returns one (``_register_namedtuple``, what
     torch registers its own return types with).  Where torch lacks it, the tuple stays a
     plain pytree node: only saving such a program then fails, naming the type."""
-    from torch.utils import _pytree
     reg = getattr(_pytree, "_register_namedtuple", None)
     if reg is not None:
         reg(cls, serialized_type_name=name)

@@ -2,6 +2,7 @@
 IndexError / TypeError / RuntimeError torch itself would raise)."""
 from __future__ import annotations
 
+import logging
 import os
 
 __all__ = ["ConstraintError", "ConstraintIndexError", "ConstraintTypeError", "MemoryOverlapError"]
@@ -58,7 +59,6 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 def quiet_fake_tensor_refusals() -> None:
     """Install :class:`_QuietRefusals` (once; at import)."""
-    import logging
     logger = logging.getLogger("torch._subclasses.fake_tensor")
     if not any(isinstance(f, _QuietRefusals) for f in logger.filters):
         logger.addFilter(_QuietRefusals())

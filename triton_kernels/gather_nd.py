@@ -9,7 +9,9 @@ import triton
 import triton.language as tl
 
 from .._checks import raise_index_error
+from .._forms import row_major_strides
 from .._tables import SIGNED_INDEX_DTYPES
+from ..portable.gather_nd import gather_nd_backward, gather_nd_torch, make_kernels
 from ._common import (MAX_K, NO_VIOLATION, NO_VIOLATION_K, bits_view, cdiv, dims8, fits32, launch,
                       launch_guard, merged_stride, refuse_capture, reshaped, tuple_blocks,
                       tuple_offsets, vec_width)
@@ -82,7 +84,6 @@ def _plan(shape, strides, k, n_tuples, b, element_size, idx_dtype, check, move, 
     """What a launch of this layout needs: ``None`` when it launches nothing, else (copy the
     input first, grid, the scalar arguments, the constexprs with VEC for aligned data, the
     launch key)."""
-    from .._forms import row_major_strides
     index_sizes = shape[b: b + k]
     batch = math.prod(shape[:b])
     slice_len = math.prod(shape[b + k:])
@@ -167,7 +168,6 @@ def _compute(input: torch.Tensor, indices: torch.Tensor, lay, check: bool,
     as the index check; a caller's ``out=`` is checked in a separate pre-pass first (it reads
     only the indices), so a failing call leaves it untouched."""
     if lay.k > MAX_K:     # more coordinates than the kernel's arguments (any rank is allowed)
-        from ..portable.gather_nd import gather_nd_torch
         return gather_nd_torch(input, indices, lay, check, out)
     nat_input = reshaped(input, lay.natural_input_shape)
     nat_indices = reshaped(indices, lay.natural_indices_shape)
@@ -191,7 +191,6 @@ def _compute(input: torch.Tensor, indices: torch.Tensor, lay, check: bool,
 
 
 def _kernels() -> dict:
-    from ..portable.gather_nd import gather_nd_backward, make_kernels
     # No Triton kernel for the backward: the portable one (an index_add_) runs on the GPU.
     return dict(make_kernels(_compute), gather_nd_backward=gather_nd_backward)
 

@@ -16,7 +16,9 @@ import triton
 import triton.language as tl
 
 from .._checks import raise_index_error
+from .._forms import row_major_strides
 from .._tables import SIGNED_INDEX_DTYPES
+from ..portable.scatter_nd import make_kernels, scatter_nd_torch
 from ._common import (MAX_K, NO_VIOLATION, NO_VIOLATION_K, bits_view, cdiv, dims8, fits32, launch,
                       launch_guard, refuse_capture, reshaped, tuple_blocks, tuple_offsets,
                       vec_width)
@@ -113,7 +115,6 @@ def scatter_nd_triton_supports(dtype: torch.dtype, reduction: str, deterministic
 def _meta(index_sizes: tuple) -> tuple:
     """The sizes and row strides of the indexed dimensions, as the kernel's 16 scalar arguments
     (passed by value: no device copy)."""
-    from .._forms import row_major_strides
     return dims8(index_sizes) + dims8(row_major_strides(index_sizes))
 
 
@@ -201,7 +202,6 @@ def _compute(op, dst, source, indices, updates, lay, reduction, check, determini
     dtype/reduction pairs ``scatter_nd_triton_supports`` refuses and for index tuples of more
     than ``MAX_K`` coordinates."""
     if not scatter_nd_triton_supports(dst.dtype, reduction, deterministic) or lay.k > MAX_K:
-        from ..portable.scatter_nd import scatter_nd_torch
         scatter_nd_torch(dst, indices, updates, lay, reduction, source, fresh, op=op,
                          deterministic=deterministic, check=check)
         return
@@ -220,7 +220,6 @@ def _compute(op, dst, source, indices, updates, lay, reduction, check, determini
 
 
 def _kernels() -> dict:
-    from ..portable.scatter_nd import make_kernels
     return make_kernels(_compute)
 
 

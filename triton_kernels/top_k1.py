@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..portable.top_k1 import make_kernels, top_k1_torch
 from ._common import (INT64_MAX, INT64_MIN, bits_view, cdiv, fits32, launch, launch_guard, next_pow2,
                       vec_width)
 
@@ -219,14 +220,12 @@ def top_k1_triton(input: torch.Tensor, k: int, axis: int, largest: bool,
 def _compute(input, k, axis, largest, index_dtype):
     """The Triton kernel where ``top_k1_triton_supports`` says it covers the call (dtype, k and
     the row length of its 32-bit index field), else the portable path."""
-    from ..portable.top_k1 import top_k1_torch
     if top_k1_triton_supports(input.dtype, k, input.shape[axis]):
         return top_k1_triton(input, k, axis, largest, index_dtype)
     return top_k1_torch(input, k, axis, largest, index_dtype)
 
 
 def _kernels() -> dict:
-    from ..portable.top_k1 import make_kernels
     return make_kernels(_compute)
 
 

@@ -40,6 +40,7 @@ import torch
 
 import torch_dml_ops as tdo
 
+from .._library import extension_loaded
 from . import cases as _cases
 from . import peers as _peers
 from . import report as _report
@@ -62,7 +63,6 @@ def _cpu_model() -> str:
 
 def _cpu_kernels_simd() -> str:
     """The SIMD level the C++ CPU kernels run (TORCH_DML_OPS_CPU_ISA caps it)."""
-    from .._library import extension_loaded
     if not extension_loaded():
         return "C++ kernels not built"
     return f"C++ kernels: {torch.ops.torch_dml_ops._cpu_isa()}"

@@ -16,16 +16,17 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.tensor import DTensor, Replicate, Shard, init_device_mesh
+
+import torch_dml_ops as tdo
+from torch_dml_ops.distributed._placements import _chunk_bounds
 
 CASES = ((8, 256000, 50), (32, 50257, 50))
 
 
 def _worker(rank, world, path, repeats, queue):
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
-    from torch.distributed.tensor import DTensor, Replicate, Shard, init_device_mesh
-
-    import torch_dml_ops as tdo
-    from torch_dml_ops.distributed._placements import _chunk_bounds
     torch.set_num_threads(1)
     mesh = init_device_mesh("cpu", (world,))
     rows = []
@@ -66,7 +67,6 @@ def main(argv=None) -> int:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args(argv)
-    import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,9 +19,12 @@ import statistics
 import sys
 import time
 
+import torch
+
+import torch_dml_ops as tdo
+
 
 def device_us(f, calls: int = 20, reps: int = 15) -> float:
-    import torch
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -46,7 +49,6 @@ def device_us(f, calls: int = 20, reps: int = 15) -> float:
 
 
 def host_us(f, n: int = 3000) -> float:
-    import torch
     for _ in range(50):
         f()
     torch.cuda.synchronize()
@@ -68,8 +70,6 @@ class _NoLaunchCache(dict):
 
 
 def device_cases():
-    import torch
-    import torch_dml_ops as tdo
     d = "cuda"
     x = torch.randn(4096, 4096, device=d)
     i = torch.randint(0, 4096, (1 << 20, 2), device=d)
@@ -106,8 +106,6 @@ def device_cases():
 
 
 def host_cases():
-    import torch
-    import torch_dml_ops as tdo
     d = "cuda"
     x = torch.randn(1000, 64, device=d)
     i = torch.randint(0, 1000, (1, 1), device=d)
@@ -129,7 +127,6 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args(argv)
-    import torch
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure")
         return 0

@@ -15,13 +15,16 @@ autograd at all; removed afterwards).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
+import warnings
 from typing import Callable, Dict, List, Tuple
 
 import torch
 
 import torch_dml_ops as tdo
+from torch_dml_ops._compat import drop_library
 
 OPS = torch.ops.torch_dml_ops
 
@@ -127,11 +130,6 @@ def cases(compile_: bool) -> List[Tuple[str, Dict[str, Callable[[], object]], Li
 def bound_cases(compile_: bool):
     """The gather rows through ``torch.ops`` and compiled, with the op's Autograd kernel a
     fallthrough while they run (``--bound``): a context manager and the cases."""
-    import contextlib
-    import warnings
-
-    from torch_dml_ops._compat import drop_library
-
     @contextlib.contextmanager
     def fallthrough():
         lib = torch.library.Library("torch_dml_ops", "IMPL")

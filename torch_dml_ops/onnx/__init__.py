@@ -32,6 +32,7 @@ except ImportError as e:  # pragma: no cover - exercised by the packaging test's
 import torch
 
 from .. import _compat
+from .._errors import ConstraintError
 from . import _translations
 from ._translations import OPSET, OnnxExportError
 
@@ -118,7 +119,6 @@ def exporting() -> Iterator[None]:
 def _our_error(exc: Optional[BaseException]):
     """The OnnxExportError/ConstraintError a translation or fake kernel raised, if the exporter
     wrapped one."""
-    from .._errors import ConstraintError
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))

@@ -15,6 +15,8 @@ import torch
 
 import torch_dml_ops as tdo
 
+from . import export
+
 
 class DecoderStep(torch.nn.Module):
     def __init__(self, hidden: int = 16, vocab: int = 50, k: int = 4) -> None:
@@ -49,8 +51,6 @@ class DecoderStep(torch.nn.Module):
 def demo(verbose: bool = True) -> bool:
     import numpy as np
     import onnxruntime as ort
-
-    from . import export
 
     hidden, beams, length = 16, 3, 7
     model = DecoderStep(hidden).eval()

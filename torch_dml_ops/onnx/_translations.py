@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 import onnx_ir as ir
+import torch
 from onnxscript import opset18 as op
 
 from .._errors import ConstraintError
@@ -210,5 +211,4 @@ def _torch_index_code(index_dtype) -> int:
     """The exporter hands a ScalarType argument over as an ``onnx_ir.DataType``."""
     if isinstance(index_dtype, ir.DataType):
         return index_dtype.value
-    import torch
     return {torch.int64: _INT64, torch.int32: _INT32, torch.uint32: _UINT32}[index_dtype]
