@@ -302,3 +302,221 @@ def test_private_api_probes_fall_back(monkeypatch):
         pass
     with pytest.raises(RuntimeError, match="cannot remove"):
         _compat.drop_library(NoDestroy())
+
+
+# ---------------------------------------------------------------------------------------------
+# The package's import graph (issue 21): no cycle among its modules
+# ---------------------------------------------------------------------------------------------
+
+#: The imports of the package's own modules made inside a function, each for a reason: the
+#: only ones the graph below leaves out.  Every other import of a package module, at module
+#: level or in a function, is an edge of the graph (an import in a function that merely dodges
+#: a cycle still makes one); one under ``if TYPE_CHECKING:`` never runs and is not.
+LAZY_IMPORTS = {
+    ("torch_dml_ops._subclass", "from .distributed import _fronts"):
+        "the DTensor hook: distributed imports torch.distributed.tensor (0.6 s), so it is "
+        "loaded when a tensor subclass first reaches an op in a process that imported DTensor",
+    ("torch_dml_ops._backend", "from . import triton_kernels"):
+        "triton's import costs seconds: the Triton kernels load on the first CUDA call",
+    ("torch_dml_ops._backend", "from .triton_kernels import KERNELS"):
+        "triton's import costs seconds: the Triton kernels load on the first CUDA call",
+    ("torch_dml_ops.bench.gpu", "from torch_dml_ops.triton_kernels import _common"):
+        "triton, once the GPU benchmark has found a CUDA device",
+}
+
+
+def _package_modules() -> dict:
+    """{module name: (path, is_package)}: ``torch_dml_ops/``, and ``triton_kernels/``, which
+    setup.py installs as ``torch_dml_ops.triton_kernels``."""
+    found = {}
+    for folder, prefix in ((ROOT / "torch_dml_ops", ["torch_dml_ops"]),
+                           (ROOT / "triton_kernels", ["torch_dml_ops", "triton_kernels"])):
+        for path in sorted(folder.rglob("*.py")):
+            parts = prefix + list(path.relative_to(folder).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def _imports(tree):
+    """(node, lazy) for every import statement of a module: ``lazy`` when it runs in a
+    function; those under ``if TYPE_CHECKING:`` are left out."""
+    import ast
+    found = []
+
+    def visit(nodes, lazy):
+        for node in nodes:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.append((node, lazy))
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse, lazy)
+            else:
+                inner = lazy or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                  ast.Lambda))
+                visit(ast.iter_child_nodes(node), inner)
+    visit(tree.body, False)
+    return found
+
+
+def _import_graph():
+    """``(edges, lazy)``: ``edges`` {module: the package modules its imports run}, the
+    ``LAZY_IMPORTS`` aside; ``lazy`` the (module, statement) of every import of a package module
+    made in a function.  ``from .a import b`` imports ``a.b`` where that is a module, else
+    ``a``; importing ``a.b`` runs the package ``a`` first, unless ``a`` is one of the
+    importer's own packages (already being imported: ``torch_dml_ops`` for all of them)."""
+    import ast
+    modules = _package_modules()
+    edges, lazy = {}, set()
+    for name, (path, is_package) in modules.items():
+        package = name.split(".") if is_package else name.split(".")[:-1]
+        edges[name] = set()
+        for node, in_function in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name.split(".") for a in node.names]
+            else:
+                base = package[:len(package) - node.level + 1] if node.level else []
+                base = base + (node.module.split(".") if node.module else [])
+                targets = [base + [a.name] for a in node.names] + [base]
+            ran = set()
+            for parts in targets:
+                if ".".join(parts) not in modules:
+                    continue
+                for n in range(1, len(parts) + 1):      # the packages above it, then itself
+                    mod = ".".join(parts[:n])
+                    if mod in modules and not (name + ".").startswith(mod + "."):
+                        ran.add(mod)
+            ran.discard(name)
+            if not ran:
+                continue
+            statement = (name, ast.unparse(node))
+            if in_function:
+                lazy.add(statement)
+            if statement not in LAZY_IMPORTS:
+                edges[name] |= ran
+    return edges, lazy
+
+
+def _cycles(edges) -> list:
+    """The strongly connected groups of modules (Tarjan), each with the shortest cycle through
+    each of its modules: ``[(group, [[a, b, ..., a], ...])]``."""
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    groups = []
+
+    def connect(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    def shortest_cycle(start, group):
+        paths, seen = [[start]], {start}
+        while paths:        # breadth first, within the group, back to start
+            path = paths.pop(0)
+            following = sorted(edges[path[-1]] & group)
+            if start in following:
+                return path + [start]
+            for w in following:
+                if w not in seen:
+                    seen.add(w)
+                    paths.append(path + [w])
+        raise AssertionError("a strongly connected group has a cycle through each module")
+
+    for v in sorted(edges):
+        if v not in index:
+            connect(v)
+    found = []
+    for group in groups:
+        cycles: list = []
+        for start in sorted(group):
+            cycle = shortest_cycle(start, group)
+            i = cycle.index(min(cycle[:-1]))       # one rotation of each
+            cycle = cycle[i:-1] + cycle[:i] + [cycle[i]]
+            if cycle not in cycles:
+                cycles.append(cycle)
+        found.append((sorted(group), cycles))
+    return found
+
+
+def test_the_package_has_no_import_cycle():
+    edges, _ = _import_graph()
+    assert "torch_dml_ops.distributed" in edges and edges["torch_dml_ops.gather_nd"]
+    groups = _cycles(edges)
+    assert not groups, "import cycles among the package's modules:\n" + "\n".join(
+        f"modules {', '.join(group)}; cycles:\n" + "\n".join(
+            "  " + " -> ".join(c) for c in cycles) for group, cycles in groups)
+
+
+def test_the_only_lazy_imports_of_package_modules_are_the_listed_ones():
+    """An import of a package module inside a function is either one of ``LAZY_IMPORTS`` (with
+    its reason) or belongs at module level; and every listed one still exists."""
+    _, lazy = _import_graph()
+    assert lazy == set(LAZY_IMPORTS), (
+        f"unlisted: {sorted(lazy - set(LAZY_IMPORTS))}; gone: {sorted(set(LAZY_IMPORTS) - lazy)}")
+
+
+#: The modules that may name DTensor or torch.distributed in code: ``distributed/`` itself, the
+#: hook, the package root (which imports ``distributed`` where DTensor is already in use),
+#: ``_compat`` (every private torch API, DTensor's included) and the DTensor benchmark.
+_DTENSOR_ALLOWED = ("torch_dml_ops", "torch_dml_ops._subclass", "torch_dml_ops._compat",
+                    "torch_dml_ops.bench.distributed")
+
+
+def test_dtensor_handling_lives_in_distributed():
+    """No other module names DTensor, its placements or torch_dml_ops.distributed in code
+    (docstrings and comments aside): the op fronts, _library, _autograd and _backend reach it
+    through ``_subclass`` only."""
+    found = []
+    for name, (path, _) in _package_modules().items():
+        if name.startswith("torch_dml_ops.distributed") or name in _DTENSOR_ALLOWED:
+            continue
+        for n, code in _code_lines(path):
+            if re.search(r"\bDTensor\b|\bdistributed\b|\bplacements\b|\bShard\b", code):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {code.strip()}")
+    assert not found, "DTensor handling outside torch_dml_ops/distributed:\n" + "\n".join(found)
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without torch.distributed")
+def test_dtensor_support_loads_only_where_dtensor_is_in_use():
+    """The hook at run time: ``import torch_dml_ops`` and calls on plain tensors or other
+    subclasses load neither torch.distributed.tensor nor torch_dml_ops.distributed; once DTensor
+    is imported, the first call with a subclass loads it (registering the sharding rules), and
+    so does ``import torch_dml_ops`` after DTensor."""
+    late = """
+import sys, torch
+import torch_dml_ops as tdo
+x, i = torch.randn(4, 5), torch.tensor([[1], [3]])
+p = torch.nn.Parameter(x)
+tdo.gather_nd(p, i); tdo.scatter_nd(x, i, torch.ones(2, 5)); tdo.top_k1(p, 2)
+assert "torch.distributed.tensor" not in sys.modules, "DTensor imported"
+assert "torch_dml_ops.distributed" not in sys.modules, "distributed imported"
+import torch.distributed.tensor
+tdo.top_k1(x, 2)
+assert "torch_dml_ops.distributed" not in sys.modules, "distributed imported for a plain tensor"
+tdo.top_k1(p, 2)
+assert "torch_dml_ops.distributed" in sys.modules, "distributed not imported"
+print("ok")
+"""
+    early = """
+import sys, torch.distributed.tensor, torch_dml_ops
+assert "torch_dml_ops.distributed" in sys.modules
+print("ok")
+"""
+    for script in (late, early):
+        res = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr
