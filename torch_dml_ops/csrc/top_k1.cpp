@@ -25,10 +25,11 @@
 //   holding a NaN, which float compares do not order, takes the key pass; "increasing" is the
 //   pass on -x or ~x), and once the floor is known, the rest of the row is one filtering pass
 //   (nat_next: vector compares against the floor, 64 elements at a time; NaNs are always
-//   candidates, their key decides).  Only candidates get a key.  A span of several blocks that
-//   fits in cache (at most kTwoPassMax) first reads every block's group maxima, and their k-th
-//   largest bounds the whole span: the filtering pass then offers about k candidates instead of
-//   ~k ln(n / k).  Short rows prefetch the row kPrefetchRows on during their candidate passes.
+//   candidates, their key decides).  Only candidates get a key.  For k > kNetMaxK, a span of
+//   several blocks that fits in cache (at most kTwoPassMax) first reads every block's group
+//   maxima, and their k-th largest bounds the whole span: the filtering pass then offers about
+//   k candidates instead of ~k ln(n / k).  Short rows prefetch the row kPrefetchRows on during
+//   their candidate passes.
 //   Other dtypes compute every key (block_keys) and filter blocks by their maximum.
 // On random data a row of 1024 with k = 8 has ~11 candidates.  The k winners are sorted at the
 // end (k == n: one sort).  k == 1 is a block-wise max, then its first index by a vector
@@ -1157,10 +1158,12 @@ struct TopK {
     // A span of several blocks that fits in cache: first every block's L group maxima (one
     // read); their k-th largest bounds the k-th best of the span (k groups hold a value that
     // large), so that the filtering pass below offers little more than k candidates instead of
-    // ~k ln(n / k) (32x50257, k = 50: ~60 instead of ~420 a row).  The second read is from
-    // cache.  Not with a NaN (the key pass decides those).
+    // ~k ln(n / k) (32x50257, k = 50: ~53 instead of ~420 a row).  The second read is from
+    // cache.  Only for k > kNetMaxK, whose insertions cost enough to pay for it (k = 16 of
+    // 65,536: 1.5x slower with it, measured).  Not with a NaN (the key pass decides those).
     bool bounded = false;
-    if (s1 - s0 > KB && s1 - s0 <= kTwoPassMax && (s1 - s0 + KB - 1) / KB * L >= k) {
+    if (k > kNetMaxK && s1 - s0 > KB && s1 - s0 <= kTwoPassMax &&
+        (s1 - s0 + KB - 1) / KB * L >= k) {
       V* g = reinterpret_cast<V*>(kb);  // (kTwoPassMax / KB) * L <= KB + L entries
       int64_t ng = 0;
       bool ok = true;
