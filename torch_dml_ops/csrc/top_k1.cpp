@@ -1083,19 +1083,14 @@ struct TopK {
         else
           insert_net<kNetMaxK>(buf, c);
         m = m < k ? m + 1 : k;
-        if (m < k) return true;
-        const KT kt = key_of<KT>(buf[k - 1]);
-        if (kt == static_cast<KT>(~KT(0))) return false;
-        floor = kt + 1;
-        have = true;
-        return true;
+      } else {
+        int64_t q = m < k ? m++ : k - 1;
+        while (q > 0 && buf[q - 1] < c) {
+          buf[q] = buf[q - 1];
+          q--;
+        }
+        buf[q] = c;
       }
-      int64_t q = m < k ? m++ : k - 1;
-      while (q > 0 && buf[q - 1] < c) {
-        buf[q] = buf[q - 1];
-        q--;
-      }
-      buf[q] = c;
       if (m < k) return true;
       const KT kt = key_of<KT>(buf[k - 1]);
       if (kt == static_cast<KT>(~KT(0))) return false;
