@@ -534,6 +534,36 @@ def _check_scatter_property(shape, k, n, dtype, idx_dtype, reduction, seed):
     assert_same(out, scatter_nd_ref(x, i, u, reduction), exact)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("into", ["functional", "out"])
+@pytest.mark.parametrize("dtype,slice_len", [(torch.float32, 16), (torch.float32, 17),
+                                             (torch.int8, 64), (torch.float64, 3)], ids=str)
+@pytest.mark.usefixtures("portable_path")
+def test_scatter_nd_overwrite_into_a_copy_of_wide_rows(dtype, slice_len, into, threads):
+    """Rows of 64 bytes and more written into a copy (functional, out=) go once each, from the
+    last duplicate's update or from the input (the C++ kernel's row-winner map): duplicates,
+    negative and skipped out-of-range tuples, untouched runs at both ends, split among threads."""
+    g = torch.Generator().manual_seed(11)
+    rows = 3000
+    x = make_data((rows, slice_len), dtype, g)
+    i = torch.randint(-rows, rows, (2500, 1), generator=g)
+    i[::7] = i[3]                                    # one row, many times
+    i[5], i[-3] = rows + 4, -rows - 1                # skipped with check_indices=False
+    i[i.abs() < 40] = 50                             # the first rows untouched
+    u = make_updates(x, i, g)
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        if into == "out":
+            got = torch.full_like(x, 7)
+            tdo.scatter_nd(x, i, u, check_indices=False, out=got)
+        else:
+            got = tdo.scatter_nd(x, i, u, check_indices=False)
+    finally:
+        torch.set_num_threads(prev)
+    assert_same(got, scatter_nd_ref(x, i, u, skip_bad=True))
+
+
 @pytest.mark.usefixtures("portable_path")
 @pytest.mark.parametrize("slice_len", [1, 3, 4, 6, 64])
 def test_scatter_nd_rows_move_bits_exactly(slice_len):

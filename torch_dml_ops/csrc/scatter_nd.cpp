@@ -7,6 +7,9 @@
 // and applies those landing in its rows, so every row is written by one thread, in index order:
 // the last duplicate wins ("none", whatever the deterministic flag says), rows never mix, the
 // reductions accumulate in index order, and the result does not depend on the thread count.
+// A "none" scatter into a copy (functional, out=) of rows of 64 bytes or more writes each
+// destination row once instead: each part maps its rows to their last tuple, then copies runs of
+// untouched rows from the source and the mapped rows from the updates (overwrite_once).
 //
 // Arithmetic is the portable path's (torch's CPU kernels) bit for bit: integers wrap around,
 // max/min are scatter_reduce_'s amax/amin with include_self (a NaN update wins, a NaN already
@@ -415,7 +418,46 @@ void run_scan(const Apply& a, const F& f) {
                  [&](int64_t lo, int64_t hi, int) { scan_part<RB, Store>(a, lo, hi, f); });
 }
 
+// The overwrite into a copy (functional scatter, out=) of rows of at least this many bytes:
+// each destination row is written once, from its last tuple's update or from the source
+// (overwrite_once).  Its map holds 4 bytes a row, at most 1/16 of the destination.
+constexpr int64_t kOnceRowBytes = 64;
+
+// dst = init with every addressed row replaced by its last tuple's update, writing each row once:
+// a map of the winning tuple per destination row (the last in index order), then one sequential
+// pass that copies runs of untouched rows from init and the winners from the updates.  The copy
+// then overwritten (copy, then scatter) moved the overwritten rows twice.  Each part maps and
+// writes its own rows; the map is allocated before the first write.
+void overwrite_once(const Apply& a) {
+  std::unique_ptr<int32_t[]> map(new (std::nothrow) int32_t[static_cast<size_t>(a.n_rows)]);
+  if (!map) runtime_error(kOp, ": cannot allocate ", 4 * a.n_rows, " bytes of row winners");
+  const int64_t rb = a.row_bytes;
+  const int parts = static_cast<int>(
+      std::min<int64_t>(parts_for(a.n + a.n_rows * (1 + rb / 64), kGrain), a.n_rows));
+  parallel_parts(a.n_rows, parts, [&](int64_t lo, int64_t hi, int) {
+    int32_t* const win = map.get();
+    std::fill(win + lo, win + hi, int32_t(-1));
+    const uint64_t span = static_cast<uint64_t>(hi - lo);
+    for (int64_t t = 0; t < a.n; t++) {
+      const int64_t r = a.rows[t];   // -1 (skipped) falls outside every part
+      if (static_cast<uint64_t>(r - lo) < span) win[r] = static_cast<int32_t>(t);
+    }
+    int64_t run = lo;                // the first row of the current run of untouched rows
+    for (int64_t r = lo; r < hi; r++) {
+      const int32_t t = win[r];
+      if (t < 0) continue;
+      if (r > run)
+        std::memcpy(a.dst + run * rb, a.init + run * rb, static_cast<size_t>((r - run) * rb));
+      std::memcpy(a.dst + r * rb, a.upd + t * rb, static_cast<size_t>(rb));
+      run = r + 1;
+    }
+    if (hi > run)
+      std::memcpy(a.dst + run * rb, a.init + run * rb, static_cast<size_t>((hi - run) * rb));
+  });
+}
+
 void overwrite(const Apply& a) {
+  if (a.init && a.row_bytes >= kOnceRowBytes && a.n <= INT32_MAX) return overwrite_once(a);
   switch (a.row_bytes) {
     case 1: return run_scan<1, true>(a, [](char* d, const char* s) { std::memcpy(d, s, 1); });
     case 2: return run_scan<2, true>(a, [](char* d, const char* s) { std::memcpy(d, s, 2); });
