@@ -1,12 +1,12 @@
 """The ``torch_dml_ops`` namespace: the op schemas, the C++ extension that defines them, and the
 one torch.library fragment Python registers its kernels in.
 
-The schemas are defined in C++ (``csrc/registration.cpp``, ``STABLE_TORCH_LIBRARY``) when the
-extension ``torch_dml_ops/_C.abi3.so`` is built: loading it defines the ops and registers their
-CPU kernels, in a Python process (here) as in a C++ program that links it (an AOTInductor
-deployment).  ``SCHEMAS`` below is the same list; at load each C++ schema is compared with it (a
-stale build is refused), and without the extension (no C++ compiler at install) Python defines
-the ops from it and every device runs the portable path.
+The schemas are written once, in ``_schemas.SCHEMAS``.  When the extension
+``torch_dml_ops/_C.abi3.so`` is built (``setup.py`` generates its list of schemas from that
+file), loading it defines the ops and registers their CPU kernels, in a Python process (here) as
+in a C++ program that links it (an AOTInductor deployment); at load each schema it defined is
+compared with ``SCHEMAS`` (a stale build is refused).  Without the extension (no C++ compiler at
+install) Python defines the ops from ``SCHEMAS`` and every device runs the portable path.
 """
 from __future__ import annotations
 
@@ -17,36 +17,10 @@ import warnings
 import torch
 
 from . import _tables
+from ._schemas import EXTENSION_SCHEMAS, SCHEMAS
 
 NAMESPACE = "torch_dml_ops"
 
-_GATHER = ("Tensor input, Tensor indices, int batch_dims=0, int? input_dimension_count=None, "
-           "int? indices_dimension_count=None, str feature_level='permissive', "
-           "bool check_indices=True")
-_SCATTER = ("Tensor indices, Tensor updates, str reduction='none', "
-            "int? input_dimension_count=None, int? indices_dimension_count=None, "
-            "str feature_level='permissive', bool check_indices=True, bool deterministic=False")
-
-#: Every op of the namespace (the C++ side defines the same; checked at load).
-SCHEMAS = {
-    # gather_nd: functional; out= (no autograd, like torch's out= ops); its backward, a
-    # scatter-add of the output gradient into zeros of the input's shape.
-    "gather_nd": f"gather_nd({_GATHER}) -> Tensor",
-    "gather_nd_out": f"gather_nd_out({_GATHER}, *, Tensor(a!) out) -> ()",
-    # index_sizes: the k indexed input dims' sizes; the batch and trailing ones are grad's.
-    "gather_nd_backward": ("gather_nd_backward(Tensor grad, Tensor indices, "
-                           "SymInt[] index_sizes, int batch_dims, int? input_dimension_count, "
-                           "int? indices_dimension_count) -> Tensor"),
-    # scatter_nd: functional, out=, in place (skips the copy: KV-cache updates).
-    "scatter_nd": f"scatter_nd(Tensor input, {_SCATTER}) -> Tensor",
-    "scatter_nd_out": f"scatter_nd_out(Tensor input, {_SCATTER}, *, Tensor(a!) out) -> ()",
-    "scatter_nd_": f"scatter_nd_(Tensor(a!) input, {_SCATTER}) -> ()",
-    # top_k1: index_dtype None means int64 (a ScalarType default does not survive AOTInductor's
-    # serialization).
-    "top_k1": ("top_k1(Tensor input, int k, int axis=-1, str direction='decreasing', "
-               "ScalarType? index_dtype=None, str feature_level='permissive') -> "
-               "(Tensor values, Tensor indices)"),
-}
 #: The ops with a CPU kernel in C++, and so the ones the backends override.
 OPS = tuple(SCHEMAS)
 
@@ -80,7 +54,7 @@ def _load_extension() -> str:
         return f"the C++ extension {path} cannot be loaded ({e})"
     _tables.check_cpp_tables(torch.ops.torch_dml_ops._tables())
     ns = getattr(torch.ops, NAMESPACE)
-    for name, schema in SCHEMAS.items():
+    for name, schema in {**SCHEMAS, **EXTENSION_SCHEMAS}.items():
         have = str(getattr(ns, name).default._schema).replace('"', "'")
         if have != f"{NAMESPACE}::{schema}":
             raise ImportError(f"torch_dml_ops: the C++ extension defines {have}, this package "

@@ -6,8 +6,8 @@ The kernels, one module per backend, all registered on the one op (``_backend`` 
   ``triton_kernels/gather_nd.py``   Triton (CUDA)
   ``portable/gather_nd.py``         torch ops (every other device; the reference)
 
-The schema is defined in C++ (``csrc/registration.cpp``; ``_library.SCHEMAS`` without the
-extension).  The op is opaque to torch.compile, so a compiled graph calls the same kernels as
+The schema is written in ``_schemas.py``; the C++ extension defines the op from it
+(``csrc/registration.cpp``), or Python does without the extension.  The op is opaque to torch.compile, so a compiled graph calls the same kernels as
 eager code (``triton_op`` would trace the body into Inductor, which then has to be
 fake-traceable, and the data-dependent index check is not).
 """
