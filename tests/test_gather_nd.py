@@ -198,6 +198,34 @@ def test_gather_nd_zero_size_dimension_with_tuples_is_index_error():
         tdo.gather_nd(torch.randn(0, 3), torch.tensor([[0]]))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 9, 5000])
+@pytest.mark.parametrize("bad", [None, "first", "middle", "last"])
+@pytest.mark.usefixtures("portable_path")
+def test_gather_nd_wide_rows_every_count_and_bad_position(n, bad, threads):
+    """Rows of 68 bytes (the C++ kernel's generic row copy, which resolves tuples a few ahead
+    of the copy): every tuple count around its lead, split among threads, with an out-of-range
+    tuple first, in the middle or last (IndexError, or a zero slice with check_indices=False)."""
+    g = torch.Generator().manual_seed(n)
+    x = make_data((40, 6, 17), torch.float32, g)
+    i = torch.randint(-6, 6, (n, 2), generator=g)
+    i[:, 0] = torch.randint(-40, 40, (n,), generator=g)
+    if bad is not None:
+        i[{"first": 0, "middle": n // 2, "last": n - 1}[bad], 1] = 6
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = tdo.gather_nd(x, i, check_indices=False)
+        if bad is not None:
+            with pytest.raises(IndexError, match="out of range"):
+                tdo.gather_nd(x, i)
+        else:
+            assert torch.equal(tdo.gather_nd(x, i), got)
+    finally:
+        torch.set_num_threads(prev)
+    np.testing.assert_array_equal(to_bits(got), gather_nd_ref(x, i, skip_bad=True))
+
+
 @pytest.mark.usefixtures("portable_path")
 def test_gather_nd_duplicates():
     x = torch.randn(4, 3)
