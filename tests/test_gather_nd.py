@@ -198,6 +198,20 @@ def test_gather_nd_zero_size_dimension_with_tuples_is_index_error():
         tdo.gather_nd(torch.randn(0, 3), torch.tensor([[0]]))
 
 
+@pytest.mark.usefixtures("portable_path")
+def test_gather_nd_output_whose_strides_overflow_is_refused_as_torch_refuses_it():
+    """No tuples, but sizes beside the empty dimension whose contiguous strides overflow: the
+    output cannot be allocated, and the error is torch's own (torch.empty refuses that shape)."""
+    x = torch.randn(4, 3, 5)
+    i = torch.empty_strided((0, 2**62, 4, 1), (1, 1, 1, 1), dtype=torch.int64)
+    with pytest.raises(RuntimeError, match="Stride calculation overflowed"):
+        torch.empty(0, 2**62, 4, 5)
+    with pytest.raises(RuntimeError, match="Stride calculation overflowed"):
+        tdo.gather_nd(x, i)
+    with pytest.raises(RuntimeError, match="Stride calculation overflowed"):
+        gather_op(x, i)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 9, 5000])
 @pytest.mark.parametrize("bad", [None, "first", "middle", "last"])

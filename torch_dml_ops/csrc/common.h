@@ -400,7 +400,34 @@ inline void hugepage_hint(void* p, int64_t len) {
 #endif
 }
 
-// A new contiguous CPU tensor of `shape` and `dtype`, hinted as above when large.
+// A new contiguous CPU tensor of `sizes` (IntRef, Dims or Shape) with `like`'s dtype and device:
+// aoti_torch_empty_strided allocates without a dispatcher round-trip.  A shape whose contiguous
+// strides overflow (sizes next to an empty dimension can) is refused as torch refuses it.
+// Hinted as above when large.
+template <class Sizes>
+Tensor empty_contiguous(const Tensor& like, const Sizes& sizes) {
+  const size_t nd = sizes.size();
+  Dims strides;
+  strides.resize(nd);
+  int64_t s = 1;
+  for (size_t d = nd; d-- > 0;) {
+    strides[d] = s;
+    if (d > 0 && __builtin_mul_overflow(s, std::max<int64_t>(sizes[d], 1), &s))
+      runtime_error("Stride calculation overflowed");
+  }
+  int32_t dtype = 0;
+  TDO_SHIM_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
+  AtenTensorHandle h = nullptr;
+  TDO_SHIM_CHECK(aoti_torch_empty_strided(static_cast<int64_t>(nd), sizes.data(), strides.data(),
+                                          dtype, aoti_torch_device_type_cpu(),
+                                          like.get_device_index(), &h));
+  Tensor t(h);
+  hugepage_hint(t.data_ptr(), t.numel() * static_cast<int64_t>(t.element_size()));
+  return t;
+}
+
+// A new contiguous CPU tensor of `shape` and another `dtype` than any input's (through the
+// dispatcher: top_k1's indices, the backward's float accumulator), hinted as above when large.
 inline Tensor new_output(const Tensor& like, const Shape& shape, ScalarType dtype) {
   Tensor t = torch::stable::new_empty(like, shape, dtype);
   hugepage_hint(t.data_ptr(), t.numel() * static_cast<int64_t>(t.element_size()));

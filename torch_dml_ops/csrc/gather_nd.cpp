@@ -53,27 +53,6 @@ constexpr int64_t kStreamMinBytes = int64_t(16) << 20;
 // Small helpers
 // ------------------------------------------------------------------------------------------
 
-// A new contiguous CPU tensor of `shape` with `like`'s dtype: aoti_torch_empty_strided
-// allocates without a dispatcher round-trip.  Hinted to use huge pages when large.
-Tensor empty_like_dtype(const Tensor& like, const Dims& shape) {
-  Dims strides;
-  strides.resize(shape.size());
-  int64_t s = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    strides[d] = s;
-    s *= std::max<int64_t>(shape[d], 1);
-  }
-  int32_t dtype = 0;
-  TDO_SHIM_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
-  AtenTensorHandle h = nullptr;
-  TDO_SHIM_CHECK(aoti_torch_empty_strided(
-      static_cast<int64_t>(shape.size()), shape.data(), strides.data(), dtype,
-      aoti_torch_device_type_cpu(), like.get_device_index(), &h));
-  Tensor t(h);
-  hugepage_hint(t.data_ptr(), t.numel() * static_cast<int64_t>(t.element_size()));
-  return t;
-}
-
 // An out= whose write torch refused (try_mark_written, checks.h); neg: its is_inference() query would read
 // false (as above), and an inference tensor outside inference mode is the only refusal known.
 [[noreturn]] void refuse_write(const Tensor& out, bool neg) {
@@ -797,7 +776,7 @@ Tensor gather_nd(Tensor input, Tensor indices, int64_t batch_dims,
                feature_level.value, p);
   check_storages(kOp, {{"InputTensor", &input}, {"IndicesTensor", &indices}});
   const Tensor x = resolved(input), i = resolved(indices);
-  Tensor out = empty_like_dtype(x, p.out_shape);
+  Tensor out = empty_contiguous(x, p.out_shape);
   gather_into(static_cast<char*>(out.data_ptr()), x, i, p, nullptr,
               {input, batch_dims, input_dimension_count, indices_dimension_count}, check_indices);
   return out;
@@ -829,7 +808,7 @@ void gather_nd_out(Tensor input, Tensor indices, int64_t batch_dims,
   } else {
     // A fresh result, then copy_, which writes through a negative view's negation and through
     // any strides (and records the write itself).
-    Tensor fresh = empty_like_dtype(x, p.out_shape);
+    Tensor fresh = empty_contiguous(x, p.out_shape);
     gather_into(static_cast<char*>(fresh.data_ptr()), x, i, p, nullptr, call, check_indices);
     torch::stable::copy_(out, fresh);
   }

@@ -99,31 +99,6 @@ int32_t raw_dtype(const Tensor& t) {
   return dtype;
 }
 
-// A new contiguous CPU tensor of `like`'s shape and dtype: aoti_torch_empty_strided allocates
-// without a dispatcher round-trip.  Hinted to use huge pages when large.  A shape whose
-// contiguous strides overflow (an empty strided view can have one) is refused as torch refuses
-// it.
-Tensor empty_contiguous(const Tensor& like) {
-  auto sizes = like.sizes();
-  Dims strides;
-  strides.resize(sizes.size());
-  int64_t s = 1;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    strides[d] = s;
-    if (d > 0 && __builtin_mul_overflow(s, std::max<int64_t>(sizes[d], 1), &s))
-      runtime_error("Stride calculation overflowed");
-  }
-  int32_t dtype = 0;
-  TDO_SHIM_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
-  AtenTensorHandle h = nullptr;
-  TDO_SHIM_CHECK(aoti_torch_empty_strided(
-      static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(), dtype,
-      aoti_torch_device_type_cpu(), like.get_device_index(), &h));
-  Tensor t(h);
-  hugepage_hint(t.data_ptr(), t.numel() * static_cast<int64_t>(t.element_size()));
-  return t;
-}
-
 Tensor as_contiguous(const Tensor& t) {
   return t.is_contiguous() ? t : torch::stable::contiguous(t);
 }
@@ -752,7 +727,7 @@ Tensor scatter_nd(Tensor input, Tensor indices, Tensor updates, StrArg reduction
                  {{"InputTensor", &input}, {"IndicesTensor", &indices},
                   {"UpdatesTensor", &updates}});
   const Tensor x = resolved(input);
-  Tensor out = empty_contiguous(x);
+  Tensor out = empty_contiguous(x, x.sizes());
   scatter({kOp, input, indices, input_dimension_count, indices_dimension_count}, p, red, out, &x,
           resolved(indices), resolved(updates), check_indices);
   return out;
@@ -783,7 +758,7 @@ void scatter_nd_out(Tensor input, Tensor indices, Tensor updates, StrArg reducti
   }
   // A fresh result, then copy_ (which writes through a negative view's negation, and through
   // any strides).
-  Tensor fresh = empty_contiguous(x);
+  Tensor fresh = empty_contiguous(x, x.sizes());
   scatter(call, p, red, fresh, &x, i, u, check_indices);
   if (!neg) mark_written(kOp, kOutName, out);
   torch::stable::copy_(out, fresh);
@@ -809,7 +784,7 @@ void scatter_nd_(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
     // The values the target shows, scattered into a fresh tensor, written back through the
     // negation by copy_.
     const Tensor base = resolved(input);
-    Tensor fresh = empty_contiguous(base);
+    Tensor fresh = empty_contiguous(base, base.sizes());
     scatter(call, p, red, fresh, &base, i, u, check_indices);
     torch::stable::copy_(input, fresh);
     return;
