@@ -74,6 +74,8 @@ constexpr int64_t kSortedMaxK = 64;
 // Up to this k the sorted k best take a candidate by a branch-free min/max network over
 // kNetMaxK (or kNetMaxK / 2) entries.
 constexpr int64_t kNetMaxK = 16;
+// Whether k's network is the half-width one (kNetMaxK / 2 entries).
+constexpr bool half_net(int64_t k) { return k <= kNetMaxK / 2; }
 // Rows at least this long take 64-bit keys whatever the dtype (the index half of a 32-bit-key
 // composite holds indices below 2**32).
 constexpr int64_t kNarrowRowLimit = int64_t(1) << 32;
@@ -1078,7 +1080,7 @@ struct TopK {
       if (k <= kNetMaxK) {  // branch-free (buf was cleared: 0 is below every composite)
         if constexpr (std::is_same_v<CT, uint64_t>)
           ins(buf, c);
-        else if (k <= kNetMaxK / 2)
+        else if (half_net(k))
           insert_net<kNetMaxK / 2>(buf, c);
         else
           insert_net<kNetMaxK>(buf, c);
@@ -1337,7 +1339,7 @@ void run_top_k1(const Tensor& x, int64_t rows, int64_t n, int64_t inner, int64_t
   c.k = k;
   c.cap = std::max(4 * k, k + 64);
   c.mf = mask_fn<KT>();
-  c.ins = k <= kNetMaxK / 2 ? insert_fn<kNetMaxK / 2>() : insert_fn<kNetMaxK>();
+  c.ins = half_net(k) ? insert_fn<kNetMaxK / 2>() : insert_fn<kNetMaxK>();
   c.kf = kf;
   c.mask = largest ? KT(0) : static_cast<KT>(~KT(0));
   const ScalarType dt = x.scalar_type();
