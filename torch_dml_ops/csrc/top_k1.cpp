@@ -27,9 +27,11 @@
 //   (nat_next: vector compares against the floor, 64 elements at a time; NaNs are always
 //   candidates, their key decides).  Only candidates get a key.  For k > kNetMaxK, a span of
 //   several blocks that fits in cache (at most kTwoPassMax) first reads every block's group
-//   maxima, and their k-th largest bounds the whole span: the filtering pass then offers about
-//   k candidates instead of ~k ln(n / k).  Short rows prefetch the row kPrefetchRows on during
-//   their candidate passes.
+//   maxima and every word's (64 elements') maximum; the k-th largest group maximum bounds the
+//   whole span, and the second pass compares only the words whose maximum reaches the bound
+//   (or the floor, once higher): it offers about k candidates instead of ~k ln(n / k), and
+//   reads about k words instead of the span.  Short rows prefetch the row kPrefetchRows on
+//   during their candidate passes.
 //   Other dtypes compute every key (block_keys) and filter blocks by their maximum.
 // On random data a row of 1024 with k = 8 has ~11 candidates.  The k winners are sorted at the
 // end (k == n: one sort).  k == 1 is a block-wise max, then its first index by a vector
@@ -94,6 +96,10 @@ constexpr int64_t kPrefetchRowMax = 16 << 10;
 // first: scan_native); the scratch holds their group maxima.
 constexpr int64_t kTwoPassMax = int64_t(1) << 16;
 static_assert(kTwoPassMax / KB * L <= KB, "the group maxima fit in the key block");
+// Two-pass spans of at least this many elements also keep their words' maxima, and their second
+// pass reads only the words that hold a candidate (a shorter span is read again whole from L1:
+// 4096 elements, k = 32: 7% faster so; 8192 and more: 5-25% slower so, measured).
+constexpr int64_t kWordPassMin = 4 * KB;
 constexpr int64_t kPrefetchRows = 2;
 // The native pass makes its candidate masks this many elements at a time, each chunk with the
 // threshold as it has risen.
@@ -543,20 +549,26 @@ TDO_TARGET_AVX2 int64_t nat_next_avx2(const V* p, int64_t from, int64_t len, V t
 }
 
 // nat_lanes for AVX2 and AVX-512: four accumulators (lanes g, g + 16, g + 32, g + 48 of each
-// 64, folded at the end), a NaN test per vector; the tail with the loop.
+// 64, folded at the end), a NaN test per vector; the tail with the loop.  With wm, also each
+// word's (64 elements', the last one's fewer) maximum: wm[w] = the untransformed value whose
+// transform is the word's largest, so that nat_masks on wm selects the words that hold a
+// candidate (scan_native's word pass).
 template <class V, bool Inc>
 [[gnu::always_inline]] inline bool nat_lanes_tail(const V* p, int64_t from, int64_t len,
-                                                  V* lanes, bool ok) {
+                                                  V* lanes, V* wm, bool ok) {
+  V mx = nat_lowest<V>();
   for (int64_t j = from; j < len; j++) {
     const V x = nat_tr<V, Inc>(p[j]);
     if constexpr (std::is_floating_point_v<V>) ok &= x == x;
     lanes[j % L] = x > lanes[j % L] ? x : lanes[j % L];
+    mx = x > mx ? x : mx;
   }
+  if (wm && from < len) wm[from / 64] = nat_tr<V, Inc>(mx);
   return ok;
 }
 
-template <class V, bool Inc>
-TDO_TARGET_AVX512 bool nat_lanes_avx512(const V* p, int64_t len, V* lanes) {
+template <class V, bool Inc, bool Words>
+TDO_TARGET_AVX512 bool nat_lanes_avx512(const V* p, int64_t len, V* lanes, V* wm) {
   static_assert(L == 16, "one 512-bit vector of lanes");
   const int64_t full = len / 64 * 64;
   bool ok = true;
@@ -574,6 +586,9 @@ TDO_TARGET_AVX512 bool nat_lanes_avx512(const V* p, int64_t len, V* lanes) {
       // unordered: either is a NaN
       nan |= _mm512_cmp_ps_mask(x[0], x[1], _CMP_UNORD_Q) |
              _mm512_cmp_ps_mask(x[2], x[3], _CMP_UNORD_Q);
+      if constexpr (Words)
+        wm[j / 64] = nat_tr<V, Inc>(_mm512_reduce_max_ps(
+            _mm512_max_ps(_mm512_max_ps(x[0], x[1]), _mm512_max_ps(x[2], x[3]))));
     }
     _mm512_storeu_ps(lanes, _mm512_max_ps(_mm512_max_ps(a[0], a[1]), _mm512_max_ps(a[2], a[3])));
     ok = nan == 0;
@@ -581,17 +596,41 @@ TDO_TARGET_AVX512 bool nat_lanes_avx512(const V* p, int64_t len, V* lanes) {
     const __m512i flip = _mm512_set1_epi32(Inc ? -1 : 0);
     __m512i a[4];
     for (auto& v : a) v = _mm512_set1_epi32(nat_lowest<int32_t>());
-    for (int64_t j = 0; j < full; j += 64)
-      for (int i = 0; i < 4; i++)
-        a[i] = _mm512_max_epi32(_mm512_xor_si512(_mm512_loadu_si512(p + j + 16 * i), flip), a[i]);
+    for (int64_t j = 0; j < full; j += 64) {
+      __m512i x[4];
+      for (int i = 0; i < 4; i++) {
+        x[i] = _mm512_xor_si512(_mm512_loadu_si512(p + j + 16 * i), flip);
+        a[i] = _mm512_max_epi32(x[i], a[i]);
+      }
+      if constexpr (Words)
+        wm[j / 64] = nat_tr<V, Inc>(static_cast<V>(_mm512_reduce_max_epi32(
+            _mm512_max_epi32(_mm512_max_epi32(x[0], x[1]), _mm512_max_epi32(x[2], x[3])))));
+    }
     _mm512_storeu_si512(lanes, _mm512_max_epi32(_mm512_max_epi32(a[0], a[1]),
                                                 _mm512_max_epi32(a[2], a[3])));
   }
-  return nat_lanes_tail<V, Inc>(p, full, len, lanes, ok);
+  return nat_lanes_tail<V, Inc>(p, full, len, lanes, Words ? wm : nullptr, ok);
 }
 
-template <class V, bool Inc>
-TDO_TARGET_AVX2 bool nat_lanes_avx2(const V* p, int64_t len, V* lanes) {
+// The largest of x[0..8) (AVX2 has no reduction instruction).
+TDO_TARGET_AVX2 inline float hmax_avx2(const __m256* x) {
+  __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_max_ps(x[0], x[1]), _mm256_max_ps(x[2], x[3])),
+                           _mm256_max_ps(_mm256_max_ps(x[4], x[5]), _mm256_max_ps(x[6], x[7])));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_shuffle_ps(h, h, 0x4e));
+  return _mm_cvtss_f32(_mm_max_ps(h, _mm_shuffle_ps(h, h, 0xb1)));
+}
+TDO_TARGET_AVX2 inline int32_t hmax_avx2(const __m256i* x) {
+  __m256i m = _mm256_max_epi32(
+      _mm256_max_epi32(_mm256_max_epi32(x[0], x[1]), _mm256_max_epi32(x[2], x[3])),
+      _mm256_max_epi32(_mm256_max_epi32(x[4], x[5]), _mm256_max_epi32(x[6], x[7])));
+  __m128i h = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  return _mm_cvtsi128_si32(_mm_max_epi32(h, _mm_shuffle_epi32(h, 0xb1)));
+}
+
+template <class V, bool Inc, bool Words>
+TDO_TARGET_AVX2 bool nat_lanes_avx2(const V* p, int64_t len, V* lanes, V* wm) {
   static_assert(L == 16, "two 256-bit vectors of lanes");
   const int64_t full = len / 64 * 64;
   bool ok = true;
@@ -608,6 +647,7 @@ TDO_TARGET_AVX2 bool nat_lanes_avx2(const V* p, int64_t len, V* lanes) {
       }
       for (int i = 0; i < 8; i += 2)  // unordered: either is a NaN
         nan = _mm256_or_ps(nan, _mm256_cmp_ps(x[i], x[i + 1], _CMP_UNORD_Q));
+      if constexpr (Words) wm[j / 64] = nat_tr<V, Inc>(hmax_avx2(x));
     }
     // a[0], a[2]: lanes 0-7; a[1], a[3]: lanes 8-15
     _mm256_storeu_ps(lanes, _mm256_max_ps(a[0], a[2]));
@@ -617,16 +657,19 @@ TDO_TARGET_AVX2 bool nat_lanes_avx2(const V* p, int64_t len, V* lanes) {
     const __m256i flip = _mm256_set1_epi32(Inc ? -1 : 0);
     __m256i a[4];
     for (auto& v : a) v = _mm256_set1_epi32(nat_lowest<int32_t>());
-    for (int64_t j = 0; j < full; j += 64)
-      for (int i = 0; i < 8; i++)
-        a[i % 4] = _mm256_max_epi32(
-            _mm256_xor_si256(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j + 8 * i)), flip),
-            a[i % 4]);
+    for (int64_t j = 0; j < full; j += 64) {
+      __m256i x[8];
+      for (int i = 0; i < 8; i++) {
+        x[i] = _mm256_xor_si256(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j + 8 * i)), flip);
+        a[i % 4] = _mm256_max_epi32(x[i], a[i % 4]);
+      }
+      if constexpr (Words) wm[j / 64] = nat_tr<V, Inc>(static_cast<V>(hmax_avx2(x)));
+    }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epi32(a[0], a[2]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes + 8), _mm256_max_epi32(a[1], a[3]));
   }
-  return nat_lanes_tail<V, Inc>(p, full, len, lanes, ok);
+  return nat_lanes_tail<V, Inc>(p, full, len, lanes, Words ? wm : nullptr, ok);
 }
 
 // The k-th largest of lanes[0..L) (1 <= k <= L, no NaN): the largest v[i] that at least k
@@ -697,7 +740,9 @@ TDO_TARGET_AVX2 V nat_kth_avx2(const V* v, int64_t k) {
 // build: there the key pass, which the compiler vectorizes, is used).
 template <class V>
 struct NatFns {
-  bool (*lanes)(const V* p, int64_t len, V* lanes) = nullptr;
+  // wm: ignored by lanes, written by lanes_w (the word maxima too)
+  bool (*lanes)(const V* p, int64_t len, V* lanes, V* wm) = nullptr;
+  bool (*lanes_w)(const V* p, int64_t len, V* lanes, V* wm) = nullptr;
   void (*masks)(const V* p, int64_t len, V t, uint64_t* words, const char* pf) = nullptr;
   V (*kth)(const V* v, int64_t k) = nullptr;
   int64_t (*next)(const V* p, int64_t from, int64_t len, V t, int32_t* idx, int64_t* nc,
@@ -708,10 +753,12 @@ template <class V, bool Inc>
 NatFns<V> nat_fns() {
 #ifdef TDO_X86_SIMD
   switch (cpu_isa()) {
-    case Isa::Avx512: return {nat_lanes_avx512<V, Inc>, nat_masks_avx512<V, Inc>, nat_kth_avx512<V>,
-                              nat_next_avx512<V, Inc>};
-    case Isa::Avx2: return {nat_lanes_avx2<V, Inc>, nat_masks_avx2<V, Inc>, nat_kth_avx2<V>,
-                            nat_next_avx2<V, Inc>};
+    case Isa::Avx512:
+      return {nat_lanes_avx512<V, Inc, false>, nat_lanes_avx512<V, Inc, true>,
+              nat_masks_avx512<V, Inc>, nat_kth_avx512<V>, nat_next_avx512<V, Inc>};
+    case Isa::Avx2:
+      return {nat_lanes_avx2<V, Inc, false>, nat_lanes_avx2<V, Inc, true>, nat_masks_avx2<V, Inc>,
+              nat_kth_avx2<V>, nat_next_avx2<V, Inc>};
     default: break;
   }
 #endif
@@ -1152,32 +1199,87 @@ struct TopK {
     V vfloor = nat_lowest<V>();  // with have: no transformed value below it can enter
     uint64_t words[KB / 64];
     int64_t pos = s0;  // everything before is done
-    // A span of several blocks that fits in cache: first every block's L group maxima (one
-    // read); their k-th largest bounds the k-th best of the span (k groups hold a value that
-    // large), so that the filtering pass below offers little more than k candidates instead of
-    // ~k ln(n / k) (32x50257, k = 50: ~53 instead of ~420 a row).  The second read is from
-    // cache.  Only for k > kNetMaxK, whose insertions cost enough to pay for it (k = 16 of
-    // 65,536: 1.5x slower with it, measured).  Not with a NaN (the key pass decides those).
+    // An element (its position in the row) into the k best, the floors kept; false when no
+    // key can be greater.
+    auto offer_at = [&](int64_t j) [[gnu::always_inline]] {
+      typename D::UT bits;
+      std::memcpy(&bits, p + j, sizeof(bits));
+      const KT key = static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask);
+      const KT before = floor;
+      if (!offer(buf, m, key, j, floor, have)) return false;
+      if (have && floor != before) vfloor = native_floor<V, Inc>(p, buf);
+      return true;
+    };
+    // The second pass over [b, b + len), whose words' maxima wm the first pass wrote (see
+    // nat_lanes): only the words whose maximum reaches the threshold (the bound, or the floor
+    // once it is higher) are compared, in order, each with the threshold as it has risen
+    // (32x50257, k = 50: about 52 of 786 words).  pf (unless null): the same span of a later
+    // row, prefetched up to each visited word as the pass goes, the rest at the end.  False
+    // when no key can be greater.
+    auto words_pass = [&](int64_t b, int64_t len, const V* wm, V bound) {
+      const int64_t nw = (len + 63) / 64;
+      int64_t fetched = 0;  // words of pf prefetched
+      const auto fetch_to = [&](int64_t w) {
+        for (; pf && fetched < w; fetched++)
+          for (int i = 0; i < 4; i++)
+            __builtin_prefetch(pf + (b + 64 * fetched) * sizeof(V) + 64 * i);
+      };
+      for (int64_t w0 = 0; w0 < nw; w0 += 64) {
+        uint64_t sel;
+        nf.masks(wm + w0, std::min<int64_t>(64, nw - w0), have && vfloor > bound ? vfloor : bound,
+                 &sel, nullptr);
+        for (; sel; sel &= sel - 1) {
+          const int64_t w = w0 + __builtin_ctzll(sel);
+          const V t = have && vfloor > bound ? vfloor : bound;
+          if (nat_tr<V, Inc>(wm[w]) < t) continue;  // the threshold rose past it
+          fetch_to(w + 1);
+          uint64_t bits;
+          nf.masks(p + b + 64 * w, std::min<int64_t>(64, len - 64 * w), t, &bits, nullptr);
+          for (; bits; bits &= bits - 1)
+            if (!offer_at(b + 64 * w + __builtin_ctzll(bits))) return false;
+        }
+      }
+      fetch_to(nw);
+      return true;
+    };
+    // A span of several blocks that fits in cache: first every block's L group maxima and every
+    // word's maximum (one read); the k-th largest group maximum bounds the k-th best of the
+    // span (k groups hold a value that large), so that the second pass visits about k words
+    // and offers little more than k candidates instead of ~k ln(n / k) (32x50257, k = 50: ~53
+    // instead of ~420 a row).  The second read is from cache.  Only for k > kNetMaxK, whose
+    // insertions cost enough to pay for it (k = 16 of 65,536: 1.5x slower with it, measured
+    // before the word pass).  Not with a NaN (the key pass decides those).
+    static_assert(kTwoPassMax / KB * L + kTwoPassMax / 64 <= KB + L,
+                  "the group and word maxima fit in the key block");
     bool bounded = false;
     if (k > kNetMaxK && s1 - s0 > KB && s1 - s0 <= kTwoPassMax &&
         (s1 - s0 + KB - 1) / KB * L >= k) {
-      V* g = reinterpret_cast<V*>(kb);  // (kTwoPassMax / KB) * L <= KB + L entries
+      V* g = reinterpret_cast<V*>(kb);
+      V* wm = g + kTwoPassMax / KB * L;
       int64_t ng = 0;
       bool ok = true;
-      for (int64_t s = s0; s < s1 && ok; s += KB, ng += L)
-        ok = nf.lanes(p + s, s1 - s < KB ? s1 - s : KB, g + ng);
+      const bool by_words = s1 - s0 >= kWordPassMin;
+      for (int64_t s = s0; s < s1 && ok; s += KB, ng += L) {
+        const int64_t len = s1 - s < KB ? s1 - s : KB;
+        ok = by_words ? nf.lanes_w(p + s, len, g + ng, wm + (s - s0) / 64)
+                      : nf.lanes(p + s, len, g + ng, nullptr);
+      }
       if (ok) {
         std::nth_element(g, g + k - 1, g + ng, std::greater<V>());
-        vfloor = g[k - 1];
+        if (by_words) {
+          if (!words_pass(s0, s1 - s0, wm, g[k - 1])) return m;
+          pos = s1;
+        } else {
+          vfloor = g[k - 1];  // the filtering pass below, from s0
+        }
         bounded = true;
       }
     }
     // Until the k best so far are known: blocks, their bound and candidate masks.
-    for (int64_t s = s0; s < s1 && !have && !bounded; s += KB) {
+    for (int64_t s = pos; s < s1 && !have && !bounded; s += KB) {
       const int64_t len = s1 - s < KB ? s1 - s : KB;
       pos = s + len;
-      const bool native = nf.lanes(p + s, len, vl);
-      if (native) {
+      if (nf.lanes(p + s, len, vl, nullptr)) {
         V bound = nat_lowest<V>();
         if (k <= L && len >= L) bound = nf.kth(vl, k);
         // the masks a chunk at a time: one word without a bound, else kChunk
@@ -1185,17 +1287,9 @@ struct TopK {
           cl = std::min(len - c, bound != nat_lowest<V>() ? kChunk : int64_t(64));
           nf.masks(p + s + c, cl, have && vfloor > bound ? vfloor : bound, words,
                    pf ? pf + (s + c) * sizeof(V) : nullptr);
-          for (int64_t w = 0; w * 64 < cl; w++) {
-            for (uint64_t b = words[w]; b; b &= b - 1) {
-              const int64_t j = s + c + w * 64 + __builtin_ctzll(b);
-              typename D::UT bits;
-              std::memcpy(&bits, p + j, sizeof(bits));
-              const KT key = static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask);
-              const KT before = floor;
-              if (!offer(buf, m, key, j, floor, have)) return m;
-              if (have && floor != before) vfloor = native_floor<V, Inc>(p, buf);
-            }
-          }
+          for (int64_t w = 0; w * 64 < cl; w++)
+            for (uint64_t b = words[w]; b; b &= b - 1)
+              if (!offer_at(s + c + w * 64 + __builtin_ctzll(b))) return m;
           if (have) {  // the rest of the row by the filtering pass
             pos = s + c + cl;
             break;
@@ -1224,15 +1318,8 @@ struct TopK {
     while (pos < s1) {
       int64_t nc = 0;
       pos = nf.next(p, pos, s1, vfloor, idx, &nc, pf ? pf - rp : 0);
-      for (int64_t q = 0; q < nc; q++) {
-        const int64_t j = idx[q];
-        typename D::UT bits;
-        std::memcpy(&bits, p + j, sizeof(bits));
-        const KT key = static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask);
-        const KT before = floor;
-        if (!offer(buf, m, key, j, floor, have)) return m;
-        if (have && floor != before) vfloor = native_floor<V, Inc>(p, buf);
-      }
+      for (int64_t q = 0; q < nc; q++)
+        if (!offer_at(idx[q])) return m;
     }
     if (m > k) select_k(buf, m, k);
     return m < k ? m : k;
