@@ -204,57 +204,42 @@ void ge_masks(const KT* kb, int64_t len, KT t, uint64_t* words) {
 }
 
 #ifdef TDO_X86_SIMD
-TDO_TARGET_AVX2 void ge_masks_avx2(const uint32_t* kb, int64_t len, uint32_t t,
-                                   uint64_t* words) {
+// ge_masks with vector compares; KT uint32_t or uint64_t.
+template <class KT>
+TDO_TARGET_AVX2 void ge_masks_avx2(const KT* kb, int64_t len, KT t, uint64_t* words) {
+  constexpr int per = 32 / sizeof(KT);  // keys in a vector
+  constexpr bool wide = sizeof(KT) == 8;
   // unsigned a >= t  <=>  not (t > a), signed after flipping the sign bits
-  const __m256i flip = _mm256_set1_epi32(static_cast<int32_t>(0x80000000u));
-  const __m256i tv = _mm256_xor_si256(_mm256_set1_epi32(static_cast<int32_t>(t)), flip);
+  const __m256i flip = wide ? _mm256_set1_epi64x(INT64_MIN) : _mm256_set1_epi32(INT32_MIN);
+  const __m256i tv = _mm256_xor_si256(wide ? _mm256_set1_epi64x(static_cast<int64_t>(t))
+                                           : _mm256_set1_epi32(static_cast<int32_t>(t)),
+                                      flip);
   for (int64_t w = 0; w * 64 < len; w++) {
     uint64_t b = 0;
-    for (int v = 0; v < 8; v++) {
-      __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb + w * 64 + v * 8));
-      __m256i lt = _mm256_cmpgt_epi32(tv, _mm256_xor_si256(a, flip));
-      uint32_t m = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(lt)));
-      b |= static_cast<uint64_t>(~m & 0xffu) << (v * 8);
+    for (int v = 0; v < 64 / per; v++) {
+      const __m256i a = _mm256_xor_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb + w * 64 + v * per)), flip);
+      const __m256i lt = wide ? _mm256_cmpgt_epi64(tv, a) : _mm256_cmpgt_epi32(tv, a);
+      const uint32_t m =
+          static_cast<uint32_t>(wide ? _mm256_movemask_pd(_mm256_castsi256_pd(lt))
+                                     : _mm256_movemask_ps(_mm256_castsi256_ps(lt)));
+      b |= static_cast<uint64_t>(~m & ((1u << per) - 1)) << (v * per);
     }
     words[w] = b;
   }
 }
-TDO_TARGET_AVX2 void ge_masks_avx2(const uint64_t* kb, int64_t len, uint64_t t,
-                                   uint64_t* words) {
-  const __m256i flip = _mm256_set1_epi64x(static_cast<int64_t>(0x8000000000000000ull));
-  const __m256i tv = _mm256_xor_si256(_mm256_set1_epi64x(static_cast<int64_t>(t)), flip);
+template <class KT>
+TDO_TARGET_AVX512 void ge_masks_avx512(const KT* kb, int64_t len, KT t, uint64_t* words) {
+  constexpr int per = 64 / sizeof(KT);  // keys in a vector
   for (int64_t w = 0; w * 64 < len; w++) {
     uint64_t b = 0;
-    for (int v = 0; v < 16; v++) {
-      __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb + w * 64 + v * 4));
-      __m256i lt = _mm256_cmpgt_epi64(tv, _mm256_xor_si256(a, flip));
-      uint32_t m = static_cast<uint32_t>(_mm256_movemask_pd(_mm256_castsi256_pd(lt)));
-      b |= static_cast<uint64_t>(~m & 0xfu) << (v * 4);
-    }
-    words[w] = b;
-  }
-}
-TDO_TARGET_AVX512 void ge_masks_avx512(const uint32_t* kb, int64_t len, uint32_t t,
-                                       uint64_t* words) {
-  const __m512i tv = _mm512_set1_epi32(static_cast<int32_t>(t));
-  for (int64_t w = 0; w * 64 < len; w++) {
-    uint64_t b = 0;
-    for (int v = 0; v < 4; v++) {
-      __m512i a = _mm512_loadu_si512(kb + w * 64 + v * 16);
-      b |= static_cast<uint64_t>(_mm512_cmpge_epu32_mask(a, tv)) << (v * 16);
-    }
-    words[w] = b;
-  }
-}
-TDO_TARGET_AVX512 void ge_masks_avx512(const uint64_t* kb, int64_t len, uint64_t t,
-                                       uint64_t* words) {
-  const __m512i tv = _mm512_set1_epi64(static_cast<int64_t>(t));
-  for (int64_t w = 0; w * 64 < len; w++) {
-    uint64_t b = 0;
-    for (int v = 0; v < 8; v++) {
-      __m512i a = _mm512_loadu_si512(kb + w * 64 + v * 8);
-      b |= static_cast<uint64_t>(_mm512_cmpge_epu64_mask(a, tv)) << (v * 8);
+    for (int v = 0; v < 64 / per; v++) {
+      const __m512i a = _mm512_loadu_si512(kb + w * 64 + v * per);
+      const uint64_t m =
+          sizeof(KT) == 8
+              ? _mm512_cmpge_epu64_mask(a, _mm512_set1_epi64(static_cast<int64_t>(t)))
+              : _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(static_cast<int32_t>(t)));
+      b |= m << (v * per);
     }
     words[w] = b;
   }
@@ -268,8 +253,8 @@ template <class KT>
 MaskFn<KT> mask_fn() {
 #ifdef TDO_X86_SIMD
   switch (cpu_isa()) {
-    case Isa::Avx512: return static_cast<MaskFn<KT>>(ge_masks_avx512);
-    case Isa::Avx2: return static_cast<MaskFn<KT>>(ge_masks_avx2);
+    case Isa::Avx512: return ge_masks_avx512<KT>;
+    case Isa::Avx2: return ge_masks_avx2<KT>;
     default: break;
   }
 #endif
@@ -371,6 +356,12 @@ KeyFn<uint64_t> key64_for(ScalarType t) {
 }
 
 // ---- the native-order pass (float32, int32) ----------------------------------------------
+// The four cache lines of a word (64 elements of 4 bytes) at p: a later row's, fetched while
+// this one's candidates are worked on.
+[[gnu::always_inline]] inline void prefetch_word(const char* p) {
+  for (int i = 0; i < 4; i++) __builtin_prefetch(p + 64 * i);
+}
+
 // For these dtypes the block pass compares the data in its own order instead of computing keys:
 // one max per element (the order is the key order once -0.0 == +0.0, which float compares
 // already hold, and NaN greatest, which they do not: a block with a NaN takes the key pass).
@@ -411,8 +402,7 @@ TDO_TARGET_AVX2 void nat_masks_avx2(const V* p, int64_t len, V t, uint64_t* word
                                     const char* pf) {
   const int64_t full = len / 64;
   for (int64_t w = 0; w < full; w++) {
-    if (pf)
-      for (int i = 0; i < 4; i++) __builtin_prefetch(pf + 256 * w + 64 * i);
+    if (pf) prefetch_word(pf + 256 * w);
     uint64_t b = 0;
     for (int v = 0; v < 8; v++) {
       const V* q = p + w * 64 + v * 8;
@@ -441,8 +431,7 @@ TDO_TARGET_AVX512 void nat_masks_avx512(const V* p, int64_t len, V t, uint64_t* 
                                       const char* pf) {
   const int64_t full = len / 64;
   for (int64_t w = 0; w < full; w++) {
-    if (pf)
-      for (int i = 0; i < 4; i++) __builtin_prefetch(pf + 256 * w + 64 * i);
+    if (pf) prefetch_word(pf + 256 * w);
     uint64_t b = 0;
     for (int v = 0; v < 4; v++) {
       const V* q = p + w * 64 + v * 16;
@@ -486,9 +475,7 @@ TDO_TARGET_AVX512 int64_t nat_next_avx512(const V* p, int64_t from, int64_t len,
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   int64_t j = from;
   for (; j + 64 <= len; j += 64) {
-    if (pfd)
-      for (int i = 0; i < 4; i++)
-        __builtin_prefetch(reinterpret_cast<const char*>(p + j) + pfd + 64 * i);
+    if (pfd) prefetch_word(reinterpret_cast<const char*>(p + j) + pfd);
     __mmask16 m[4];
     for (int i = 0; i < 4; i++) {
       if constexpr (std::is_floating_point_v<V>) {
@@ -520,9 +507,7 @@ TDO_TARGET_AVX2 int64_t nat_next_avx2(const V* p, int64_t from, int64_t len, V t
                                       int64_t* nc, ptrdiff_t pfd) {
   int64_t j = from;
   for (; j + 64 <= len; j += 64) {
-    if (pfd)
-      for (int i = 0; i < 4; i++)
-        __builtin_prefetch(reinterpret_cast<const char*>(p + j) + pfd + 64 * i);
+    if (pfd) prefetch_word(reinterpret_cast<const char*>(p + j) + pfd);
     uint64_t m = 0;
     for (int i = 0; i < 8; i++) {
       uint32_t b;
@@ -1220,9 +1205,7 @@ struct TopK {
       const int64_t nw = (len + 63) / 64;
       int64_t fetched = 0;  // words of pf prefetched
       const auto fetch_to = [&](int64_t w) {
-        for (; pf && fetched < w; fetched++)
-          for (int i = 0; i < 4; i++)
-            __builtin_prefetch(pf + (b + 64 * fetched) * sizeof(V) + 64 * i);
+        for (; pf && fetched < w; fetched++) prefetch_word(pf + (b + 64 * fetched) * sizeof(V));
       };
       for (int64_t w0 = 0; w0 < nw; w0 += 64) {
         uint64_t sel;
