@@ -16,7 +16,6 @@ import warnings
 
 import torch
 
-from . import _tables
 from ._schemas import EXTENSION_SCHEMAS, SCHEMAS
 
 NAMESPACE = "torch_dml_ops"
@@ -52,7 +51,6 @@ def _load_extension() -> str:
         torch.ops.load_library(path)
     except OSError as e:
         return f"the C++ extension {path} cannot be loaded ({e})"
-    _tables.check_cpp_tables(torch.ops.torch_dml_ops._tables())
     ns = getattr(torch.ops, NAMESPACE)
     for name, schema in {**SCHEMAS, **EXTENSION_SCHEMAS}.items():
         have = str(getattr(ns, name).default._schema).replace('"', "'")

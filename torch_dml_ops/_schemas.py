@@ -36,10 +36,8 @@ SCHEMAS = {
                "(Tensor values, Tensor indices)"),
 }
 
-#: Ops only the C++ extension defines and implements: its tables and constants, compared with
-#: ``_tables`` at import, and the SIMD level its CPU kernels run (for the benchmark's machine
-#: line and the tests of each path).
+#: Ops only the C++ extension defines and implements: the SIMD level its CPU kernels run (for the
+#: benchmark's machine line and the tests of each path).
 EXTENSION_SCHEMAS = {
-    "_tables": "_tables() -> str",
     "_cpu_isa": "_cpu_isa() -> str",
 }

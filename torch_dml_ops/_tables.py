@@ -1,33 +1,26 @@
-"""The one home of the library's tables and constants (dtypes per feature level, reductions,
-directions, index limits, the no-error sentinel).  The C++ kernels hold the same tables
-(``csrc/checks.cpp``); :func:`check_cpp_tables` compares the two when the extension loads.
+"""The library's tables and constants as torch objects (dtypes per feature level, reductions,
+directions, index limits, the no-error sentinel).  The dtype tables and the constants the C++
+kernels share are written once, in ``_data`` (plain data the C++ build generates its copy from).
 """
 from __future__ import annotations
 
 import torch
 
+from . import _data
 
-# spec DML_GATHER_ND.md / DML_SCATTER_ND.md / DML_TOP_K1.md, "Tensor support": the same eight data
-# types at every level.
-DML_DATA_DTYPES = (
-    torch.float32, torch.float16, torch.int32, torch.int16, torch.int8,
-    torch.uint32, torch.uint16, torch.uint8,
-)
+_DTYPE = {name: getattr(torch, name) for name, _, _, _ in _data.DTYPES}
+
+#: DirectML's data types (the same eight at every level).
+DML_DATA_DTYPES = tuple(_DTYPE[name] for name, _, _, dml in _data.DTYPES if dml)
 #: What the permissive level accepts: DML's types plus the ones torch users have.
-DATA_DTYPES = DML_DATA_DTYPES + (torch.float64, torch.bfloat16, torch.int64, torch.uint64,
-                                 torch.bool)
+DATA_DTYPES = DML_DATA_DTYPES + tuple(_DTYPE[name] for name, _, _, dml in _data.DTYPES if not dml)
 #: spec DML_GATHER_ND.md, IndicesTensor at FEATURE_LEVEL_3_0 and above.
-INDEX_DTYPES = (torch.int64, torch.int32, torch.uint64, torch.uint32)
+INDEX_DTYPES = tuple(getattr(torch, name) for name in _data.INDEX_DTYPES)
 #: spec DML_GATHER_ND.md, IndicesTensor at FEATURE_LEVEL_2_1.
-INDEX_DTYPES_2_1 = (torch.uint32,)
+INDEX_DTYPES_2_1 = tuple(getattr(torch, name) for name in _data.INDEX_DTYPES_2_1)
 SIGNED_INDEX_DTYPES = (torch.int64, torch.int32)
 
-_DML_TYPE_NAMES = {
-    torch.float32: "FLOAT32", torch.float16: "FLOAT16", torch.float64: "FLOAT64",
-    torch.bfloat16: "BFLOAT16 (no DML equivalent)", torch.int64: "INT64", torch.int32: "INT32",
-    torch.int16: "INT16", torch.int8: "INT8", torch.uint64: "UINT64", torch.uint32: "UINT32",
-    torch.uint16: "UINT16", torch.uint8: "UINT8", torch.bool: "BOOL (no DML equivalent)",
-}
+_DML_TYPE_NAMES = {_DTYPE[name]: dml_name for name, _, dml_name, _ in _data.DTYPES}
 
 #: ScatterND reductions: DML_SCATTER_ND's overwrite ("none") and ONNX ScatterND-18's four.
 REDUCTIONS = ("none", "add", "mul", "max", "min")
@@ -38,9 +31,9 @@ TOPK_INDEX_DTYPES = (torch.int64, torch.int32, torch.uint32)
 #: The largest index each top_k1 index dtype holds.
 INDEX_LIMITS = {torch.int64: 2**63 - 1, torch.int32: 2**31 - 1, torch.uint32: 2**32 - 1}
 #: "No bad index found": what the kernels' first-bad-position searches return otherwise.
-NO_ERROR = 2**63 - 1
+NO_ERROR = _data.NO_ERROR
 #: The most parallel parts a C++ kernel splits a call into (per-part scratch is sized by it).
-MAX_THREADS = 64
+MAX_THREADS = _data.MAX_THREADS
 
 
 #: The signed integer type of each element width: data moved as raw bits (copies, gathers) goes
@@ -67,20 +60,3 @@ def type_list(dtypes) -> str:
 
 def dml_type_name(dtype: torch.dtype) -> str:
     return _DML_TYPE_NAMES.get(dtype, str(dtype))
-
-
-def expected_cpp_tables() -> str:
-    """These tables as ``torch.ops.torch_dml_ops._tables()`` reports the C++ side's."""
-    data = "".join(f"{_name(d)}{'+dml' if d in DML_DATA_DTYPES else ''}," for d in DATA_DTYPES)
-    index = "".join(f"{_name(d)}," for d in INDEX_DTYPES)
-    return f"data:{data};index:{index};no_error:{NO_ERROR};max_threads:{MAX_THREADS}"
-
-
-def check_cpp_tables(reported: str) -> None:
-    """Refuse a C++ extension whose tables differ from these (a stale or mismatched build)."""
-    want = expected_cpp_tables()
-    if reported != want:
-        raise ImportError(
-            f"torch_dml_ops: the C++ extension's tables differ from the Python ones (a stale "
-            f"build? rebuild with pip install --no-build-isolation -e .):\n  C++:    {reported}"
-            f"\n  Python: {want}")

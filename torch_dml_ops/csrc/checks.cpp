@@ -12,40 +12,11 @@ namespace tdo {
 
 namespace {
 
-// One row per dtype the library knows: torch's name, DirectML's name, whether DirectML has it
-// (every level), whether the permissive level takes it.  The order of the Python tables.
-struct DtypeRow {
-  ScalarType t;
-  const char* torch_name;
-  const char* dml_name;
-  bool dml;
-};
-
-constexpr DtypeRow kDtypes[] = {
-    {ScalarType::Float, "torch.float32", "FLOAT32", true},
-    {ScalarType::Half, "torch.float16", "FLOAT16", true},
-    {ScalarType::Int, "torch.int32", "INT32", true},
-    {ScalarType::Short, "torch.int16", "INT16", true},
-    {ScalarType::Char, "torch.int8", "INT8", true},
-    {ScalarType::UInt32, "torch.uint32", "UINT32", true},
-    {ScalarType::UInt16, "torch.uint16", "UINT16", true},
-    {ScalarType::Byte, "torch.uint8", "UINT8", true},
-    {ScalarType::Double, "torch.float64", "FLOAT64", false},
-    {ScalarType::BFloat16, "torch.bfloat16", "BFLOAT16 (no DML equivalent)", false},
-    {ScalarType::Long, "torch.int64", "INT64", false},
-    {ScalarType::UInt64, "torch.uint64", "UINT64", false},
-    {ScalarType::Bool, "torch.bool", "BOOL (no DML equivalent)", false},
-};
-
 const DtypeRow* find_dtype(ScalarType t) {
   for (const auto& r : kDtypes)
     if (r.t == t) return &r;
   return nullptr;
 }
-
-// The index dtypes, in the Python table's order (INDEX_DTYPES).
-constexpr ScalarType kIndexDtypes[] = {ScalarType::Long, ScalarType::Int, ScalarType::UInt64,
-                                       ScalarType::UInt32};
 
 std::string type_list(bool dml_only) {
   std::string s;
@@ -57,14 +28,19 @@ std::string type_list(bool dml_only) {
   return s;
 }
 
-std::string index_type_list(Level level) {
-  if (level == Level::L2_1) return "uint32";
+template <size_t N>
+std::string dtype_list(const ScalarType (&dtypes)[N]) {
   std::string s;
-  for (auto t : kIndexDtypes) {
+  for (auto t : dtypes) {
     if (!s.empty()) s += ", ";
-    s += dtype_name(t) + 6;
+    s += dtype_name(t) + 6;  // drop "torch."
   }
   return s;
+}
+
+template <size_t N>
+bool in(ScalarType t, const ScalarType (&dtypes)[N]) {
+  return std::find(std::begin(dtypes), std::end(dtypes), t) != std::end(dtypes);
 }
 
 // (min, max) DimensionCount at `level`, or nothing at the permissive level.
@@ -291,14 +267,15 @@ void check_data_dtype(const char* op, const char* tensor_name, ScalarType dtype,
 }
 
 void check_index_dtype(const char* op, const char* tensor_name, ScalarType dtype, Level level) {
-  int kind = index_kind(dtype);
-  if (level == Level::L2_1 ? dtype == ScalarType::UInt32 : kind >= 0) return;
+  const bool old = level == Level::L2_1;
+  const bool any = in(dtype, kIndexDtypes);
+  if (old ? in(dtype, kIndexDtypes2_1) : any) return;
   std::string hint;
-  if (level == Level::L2_1 && kind >= 0)
+  if (old && any)
     hint = " (signed and 64-bit indices, and so negative indices, arrive at DML_FEATURE_LEVEL_3_0)";
   value_error(op, ": ", tensor_name, " has dtype ", dtype_name(dtype), " (", dml_type_name(dtype),
               "), which is not a supported index type at the ", level_name(level),
-              "; supported: ", index_type_list(level), hint);
+              "; supported: ", old ? dtype_list(kIndexDtypes2_1) : dtype_list(kIndexDtypes), hint);
 }
 
 void check_dml_dimension_count(const char* op, const std::vector<const char*>& names,
@@ -366,15 +343,6 @@ const char* isa_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     default: return "scalar";
   }
-}
-
-std::string tables() {
-  std::string s = "data:";
-  for (const auto& r : kDtypes) s += cat(r.torch_name + 6, r.dml ? "+dml" : "", ",");
-  s += ";index:";
-  for (auto t : kIndexDtypes) s += cat(dtype_name(t) + 6, ",");
-  s += cat(";no_error:", kNoError, ";max_threads:", kMaxThreads);
-  return s;
 }
 
 void check_cpu_strided(const char* op, const std::vector<Named>& tensors) {

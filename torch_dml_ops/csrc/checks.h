@@ -30,9 +30,6 @@ void check_dml_dimension_count(const char* op, const std::vector<const char*>& n
 void check_natural_ranks(const char* op, const std::vector<const char*>& names,
                          const Shape& ranks, Level level, Level full_rank_from);
 
-// The library's tables, for torch_dml_ops._tables to compare with its own at load.
-std::string tables();
-
 // ------------------------------------------------------------------------------------------
 // Tensors
 // ------------------------------------------------------------------------------------------

@@ -8,10 +8,6 @@
 
 namespace {
 
-// The library's tables and constants, compared with the Python ones at import
-// (torch_dml_ops/_tables.py).
-std::string tables() { return tdo::tables(); }
-
 // The SIMD level the CPU kernels run ("avx512", "avx2" or "scalar": tdo::cpu_isa, which
 // TORCH_DML_OPS_CPU_ISA caps), for the benchmark's machine line and the tests of each path.
 std::string cpu_isa() { return tdo::isa_name(tdo::cpu_isa()); }
@@ -27,6 +23,5 @@ STABLE_TORCH_LIBRARY(torch_dml_ops, m) {
 }
 
 STABLE_TORCH_LIBRARY_IMPL(torch_dml_ops, CompositeExplicitAutograd, m) {
-  m.impl("_tables", TORCH_BOX(&tables));
   m.impl("_cpu_isa", TORCH_BOX(&cpu_isa));
 }
