@@ -520,3 +520,79 @@ print("ok")
         res = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                              text=True, timeout=300)
         assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# One home per rule: the tables and messages in _data.py, used by both languages
+# ---------------------------------------------------------------------------------------------
+
+def _template_fields(text):
+    import string
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+def _python_message_calls():
+    """(file, line, key, keyword names) of every ``message("key", ...)`` in the package."""
+    import ast
+    calls = []
+    for path in sorted((ROOT / "torch_dml_ops").rglob("*.py")) + sorted(
+            (ROOT / "triton_kernels").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id == "message"):
+                assert isinstance(node.args[0], ast.Constant), (path, node.lineno)
+                calls.append((path.name, node.lineno, node.args[0].value,
+                              {k.arg for k in node.keywords}))
+    return calls
+
+
+def _cpp_fill_calls():
+    """(file, key, field names) of every ``fill(msg::key, {{"field", ...}, ...})`` in csrc/."""
+    calls = []
+    for path in sorted((ROOT / "torch_dml_ops" / "csrc").glob("*.*")):
+        text = path.read_text(encoding="utf-8")
+        for m in re.finditer(r"fill\(msg::(\w+),", text):
+            # the initializer list: up to the bracket that closes it
+            i, depth = text.index("{", m.end()), 0
+            for j in range(i, len(text)):
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                if depth == 0:
+                    break
+            calls.append((path.name, m.group(1), set(re.findall(r'\{"(\w+)",', text[i:j + 1]))))
+    return calls
+
+
+def test_every_message_is_written_once_and_filled_alike_in_python_and_cpp():
+    """Each rule's message lives in _data.MESSAGES only: every key is used by the Python layer
+    and by the C++ kernels (generated into tdo_data.inc), and every use fills exactly the
+    template's fields (a C++ fill() missing one would throw at run time instead of raising the
+    rule's error)."""
+    from torch_dml_ops._data import MESSAGES
+    py, cpp = _python_message_calls(), _cpp_fill_calls()
+    assert py and cpp
+    for where, line, key, names in py:
+        assert key in MESSAGES, (where, line, key)
+        assert names == _template_fields(MESSAGES[key]), (where, line, key, names)
+    for where, key, names in cpp:
+        assert key in MESSAGES, (where, key)
+        assert names == _template_fields(MESSAGES[key]), (where, key, names)
+    # (messages without fields are used as plain strings on both sides)
+    plain = {k for k, v in MESSAGES.items() if not _template_fields(v)}
+    py_keys = {key for _, _, key, _ in py} | plain
+    cpp_keys = {key for _, key, _ in cpp} | plain
+    assert set(MESSAGES) - py_keys == set(), "messages the Python layer never raises"
+    assert set(MESSAGES) - cpp_keys == set(), "messages the C++ kernels never raise"
+    csrc = "".join(p.read_text(encoding="utf-8")
+                   for p in (ROOT / "torch_dml_ops" / "csrc").glob("*.*"))
+    for key in plain:
+        assert f"msg::{key}" in csrc, key
+
+
+def test_the_typing_literals_agree_with_the_tables():
+    import typing
+
+    from torch_dml_ops import _data, _levels, _types
+    assert typing.get_args(_types.Reduction) == _data.REDUCTIONS
+    assert set(_data.DIRECTIONS) <= set(typing.get_args(_types.Direction))
+    names = set(typing.get_args(_types.FeatureLevelName))
+    assert names - {None} == set(_levels._ALIASES)

@@ -4,7 +4,11 @@ Everything here reads metadata only (shapes, dtypes, devices, dimension counts, 
 argument), so the same function runs in the fake kernel at trace time and in the real kernel at run
 time, and compiled and eager calls fail alike.  The one data-dependent check, the index range, is
 performed by the kernels; :func:`raise_index_error` turns what they found into an ``IndexError``.
-The C++ kernels enforce the same rules with the same messages (``csrc/checks.cpp``).
+The C++ kernels enforce the same rules (``csrc/checks.cpp``): the tables, levels and messages
+of the DirectML rules are written once, in ``_data`` (``MESSAGES``), and generated into the C++
+build, so only each rule's comparison is written in both languages (the kernels must check every
+caller's call, and the fake kernels symbolic shapes: tests/test_entry_points.py holds the two to
+the same verdicts).
 
 Rules cite the page they come from: ``spec <page>`` is a DirectML page in ``shared/spec``,
 ``spec README n`` is item n of that folder's list of contradictions.
@@ -16,12 +20,14 @@ from typing import Callable, Dict, Optional, Sequence, cast
 
 import torch
 
-from ._errors import ConstraintError, ConstraintIndexError, ConstraintTypeError, MemoryOverlapError
+from . import _data
+from ._data import BATCH_DIMS_FROM, FULL_RANK, FULL_RANK_FROM, OLD_RANK
+from ._errors import (ConstraintError, ConstraintIndexError, ConstraintTypeError,
+                      MemoryOverlapError, message)
 from ._forms import GatherLayout, gather_layout
 from ._levels import PERMISSIVE, check_level_argument, level_at_least, level_name
 from ._tables import (DATA_DTYPES, DIRECTIONS, DML_DATA_DTYPES, INDEX_DTYPES, INDEX_DTYPES_2_1,
-                      INDEX_LIMITS, REDUCTIONS, TOPK_INDEX_DTYPES, dml_type_name,
-                      type_list)
+                      INDEX_LIMITS, REDUCTIONS, TOPK_INDEX_DTYPES, dml_type_name, type_list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -31,22 +37,18 @@ from ._tables import (DATA_DTYPES, DIRECTIONS, DML_DATA_DTYPES, INDEX_DTYPES, IN
 def check_data_dtype(op: str, tensor_name: str, dtype: torch.dtype, level: str) -> None:
     allowed = DATA_DTYPES if level == PERMISSIVE else DML_DATA_DTYPES
     if dtype not in allowed:
-        raise ConstraintTypeError(
-            f"{op}: {tensor_name} has dtype {dtype} ({dml_type_name(dtype)}), which is not a "
-            f"supported data type at the {level_name(level)}; supported: {type_list(allowed)}"
-        )
+        raise ConstraintTypeError(message(
+            "data_dtype", op=op, name=tensor_name, dtype=dtype, dml_type=dml_type_name(dtype),
+            level=level_name(level), supported=type_list(allowed)))
 
 
 def check_index_dtype(op: str, tensor_name: str, dtype: torch.dtype, level: str) -> None:
     allowed = INDEX_DTYPES_2_1 if level == "2_1" else INDEX_DTYPES
     if dtype not in allowed:
-        hint = ""
-        if level == "2_1" and dtype in INDEX_DTYPES:
-            hint = " (signed and 64-bit indices, and so negative indices, arrive at DML_FEATURE_LEVEL_3_0)"
-        raise ConstraintTypeError(
-            f"{op}: {tensor_name} has dtype {dtype} ({dml_type_name(dtype)}), which is not a "
-            f"supported index type at the {level_name(level)}; supported: {type_list(allowed)}{hint}"
-        )
+        hint = message("index_dtype_hint") if level == "2_1" and dtype in INDEX_DTYPES else ""
+        raise ConstraintTypeError(message(
+            "index_dtype", op=op, name=tensor_name, dtype=dtype, dml_type=dml_type_name(dtype),
+            level=level_name(level), supported=type_list(allowed), hint=hint))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -60,9 +62,7 @@ def dimension_count_rule(level: str, full_rank_from: str) -> Optional[tuple]:
     """
     if level == PERMISSIVE:
         return None
-    if level_at_least(level, full_rank_from):
-        return (1, 8)
-    return (4, 4)
+    return FULL_RANK if level_at_least(level, full_rank_from) else OLD_RANK
 
 
 def check_dml_dimension_count(op: str, names: Sequence[str], ranks: Sequence[int], level: str,
@@ -71,17 +71,12 @@ def check_dml_dimension_count(op: str, names: Sequence[str], ranks: Sequence[int
     # spec DML_GATHER_ND.md "Tensor constraints": the tensors have the same DimensionCount.
     for name, rank in zip(names[1:], ranks[1:]):
         if rank != ranks[0]:
-            raise ConstraintError(
-                f"{op}: in the DML form {name}.DimensionCount must equal {names[0]}.DimensionCount "
-                f"({ranks[0]}), got {rank}"
-            )
+            raise ConstraintError(message("dml_rank_equal", op=op, name=name, first=names[0],
+                                          rank=ranks[0], got=rank))
     rule = dimension_count_rule(level, full_rank_from)
     if rule is not None and not (rule[0] <= ranks[0] <= rule[1]):
-        want = str(rule[0]) if rule[0] == rule[1] else f"{rule[0]} to {rule[1]}"
-        raise ConstraintError(
-            f"{op}: {names[0]}.DimensionCount must be {want} at {level_name(level)}, got "
-            f"{ranks[0]} (in the DML form every tensor has exactly the level's DimensionCount)"
-        )
+        raise ConstraintError(message("dml_rank_range", op=op, name=names[0], want=_want(rule),
+                                      level=level_name(level), got=ranks[0]))
 
 
 def check_natural_ranks(op: str, names: Sequence[str], ranks: Sequence[int], level: str,
@@ -92,11 +87,14 @@ def check_natural_ranks(op: str, names: Sequence[str], ranks: Sequence[int], lev
         return
     for name, rank in zip(names, ranks):
         if rank > rule[1]:
-            raise ConstraintError(
-                f"{op}: {name} has {rank} dimensions; at {level_name(level)} the DimensionCount is "
-                f"{rule[1] if rule[0] == rule[1] else f'{rule[0]} to {rule[1]}'}, so a natural-form "
-                f"tensor may have at most {rule[1]} dimensions (it is padded with leading 1s)"
-            )
+            raise ConstraintError(message("natural_rank", op=op, name=name, rank=rank,
+                                          level=level_name(level), want=_want(rule),
+                                          most=rule[1]))
+
+
+def _want(rule: tuple) -> str:
+    """A DimensionCount rule as the messages say it: ``4`` or ``1 to 8``."""
+    return str(rule[0]) if rule[0] == rule[1] else f"{rule[0]} to {rule[1]}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,10 +105,8 @@ def check_same_device(op: str, named: Sequence[tuple]) -> None:
     first_name, first = named[0]
     for name, t in named[1:]:
         if t.device != first.device:
-            raise ValueError(
-                f"{op}: {name} is on {t.device} but {first_name} is on {first.device}; "
-                f"all tensors must be on the same device"
-            )
+            raise ValueError(message("same_device", op=op, name=name, device=t.device,
+                                     first=first_name, first_device=first.device))
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -122,8 +118,8 @@ def _extent(t: torch.Tensor) -> int:
 
 def _layout(t: torch.Tensor) -> str:
     """Sizes, strides and storage offset, for messages."""
-    return (f"sizes {tuple(t.shape)}, strides {tuple(t.stride())}, storage offset "
-            f"{t.storage_offset()}, {t.element_size()}-byte elements")
+    return message("layout", sizes=tuple(t.shape), strides=tuple(t.stride()),
+                   offset=t.storage_offset(), itemsize=t.element_size())
 
 
 def _byte_span(t: torch.Tensor) -> tuple:
@@ -136,7 +132,7 @@ def _byte_span(t: torch.Tensor) -> tuple:
 
 #: The most steps :func:`overlap_status` takes before it answers "too hard" (``OVERLAP_TOO_HARD``);
 #: the C++ check (``kOverlapWork``) counts the same steps.
-OVERLAP_WORK = 1 << 14
+OVERLAP_WORK = _data.OVERLAP_WORK
 OVERLAP_NO, OVERLAP_YES, OVERLAP_TOO_HARD = 0, 1, 2
 
 
@@ -248,8 +244,7 @@ def check_dense(op: str, named) -> None:
     enforce the same rule with the same message)."""
     for name, t in named:
         if t.layout is not torch.strided:
-            raise ConstraintError(f"{op}: {name} is a sparse or otherwise non-strided tensor; "
-                                  f"only dense (strided) tensors are supported")
+            raise ConstraintError(message("dense", op=op, name=name))
 
 
 def check_storage(op: str, role: str, t: torch.Tensor) -> None:
@@ -263,10 +258,9 @@ def check_storage(op: str, role: str, t: torch.Tensor) -> None:
         return
     need = storage_bytes_needed(t)
     if need > have:
-        raise RuntimeError(
-            f"{op}: {role}'s storage has {have} bytes but the tensor needs {need} bytes "
-            f"(shape {tuple(t.shape)}, stride {tuple(t.stride())}, storage offset "
-            f"{t.storage_offset()}, {t.element_size()}-byte elements; was its storage resized?)")
+        raise RuntimeError(message("storage", op=op, name=role, have=have, need=need,
+                                   shape=tuple(t.shape), stride=tuple(t.stride()),
+                                   offset=t.storage_offset(), itemsize=t.element_size()))
 
 
 def check_storages(op: str, *named) -> None:
@@ -323,15 +317,10 @@ def check_writable(op: str, out: torch.Tensor, name: str = "OutputTensor (out)")
     # (dynamo cannot trace is_inference(); a compiled graph gets torch's own check at run time)
     if (not torch.compiler.is_compiling() and out.is_inference()
             and not torch.is_inference_mode_enabled()):
-        raise RuntimeError(
-            f"{op}: {name} is an inference tensor; Inplace update to inference tensor outside "
-            f"InferenceMode is not allowed")
+        raise RuntimeError(message("inference", op=op, name=name))
     if has_internal_overlap(out):
-        raise MemoryOverlapError(
-            f"{op}: {name} has internal overlap (sizes {tuple(out.shape)}, strides "
-            f"{tuple(out.stride())}): unsupported operation: more than one element of the "
-            f"written-to tensor refers to a single memory location. Please clone() the tensor "
-            f"before performing the operation.")
+        raise MemoryOverlapError(message("internal_overlap", op=op, name=name,
+                                         sizes=tuple(out.shape), strides=tuple(out.stride())))
 
 
 def check_out_meta(op: str, out, shape: Sequence[int], dtype: torch.dtype,
@@ -342,13 +331,13 @@ def check_out_meta(op: str, out, shape: Sequence[int], dtype: torch.dtype,
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{op}: out must be a Tensor, got {type(out).__name__}")
     if out.dtype != dtype:
-        raise ConstraintTypeError(
-            f"{op}: {name} has dtype {out.dtype}, expected {dtype} (the InputTensor's)")
+        raise ConstraintTypeError(message("out_dtype", op=op, name=name, dtype=out.dtype,
+                                          want=dtype))
     if tuple(out.shape) != tuple(shape):
-        raise ConstraintError(
-            f"{op}: {name} has shape {tuple(out.shape)}, expected {tuple(shape)}")
+        raise ConstraintError(message("out_shape", op=op, name=name, shape=tuple(out.shape),
+                                      want=tuple(shape)))
     if device is not None and out.device != device:
-        raise ValueError(f"{op}: {name} is on {out.device}, expected {device}")
+        raise ValueError(message("out_device", op=op, name=name, device=out.device, want=device))
     check_dense(op, ((name, out),))
 
 
@@ -370,16 +359,11 @@ def check_out(op: str, out: torch.Tensor, shape: Sequence[int], dtype: torch.dty
             continue        # (the common call: apart; inlined, as it runs on every call)
         status = _overlap_within(out, o_span, t, t_span)
         if status == OVERLAP_YES:
-            raise MemoryOverlapError(
-                f"{op}: {name} overlaps {in_name} in memory; pass a separate buffer "
-                f"(unsupported operation: some elements of the input tensor and the written-to "
-                f"tensor refer to a single memory location)")
+            raise MemoryOverlapError(message("overlap", op=op, name=name, input=in_name))
         if status == OVERLAP_TOO_HARD:
-            raise MemoryOverlapError(
-                f"{op}: {name} may overlap {in_name} in memory: their strides interleave too "
-                f"intricately to rule out a shared element in {OVERLAP_WORK} steps ({name}: "
-                f"{_layout(out)}; {in_name}: {_layout(t)}); pass a separate buffer, or clone() "
-                f"one of them")
+            raise MemoryOverlapError(message(
+                "overlap_too_hard", op=op, name=name, input=in_name, work=OVERLAP_WORK,
+                layout=_layout(out), input_layout=_layout(t)))
 
 
 def raise_index_error(op: str, indices: torch.Tensor, flat_position: int, index_tensor_shape,
@@ -401,12 +385,10 @@ def raise_index_error(op: str, indices: torch.Tensor, flat_position: int, index_
     size = dim_sizes[j]
     valid = f"[{-size}, {size - 1}]" if signed else f"[0, {size - 1}]"
     if size == 0:
-        valid = "none: the dimension is empty"
-    neg = "" if signed else f" (index type {indices.dtype} is unsigned: no negative indices)"
-    raise IndexError(
-        f"{op}: IndicesTensor value {value} at position {pos} is out of range for "
-        f"{dim_names[j]} of size {size}; valid range {valid}{neg}"
-    )
+        valid = message("index_range_empty")
+    neg = "" if signed else message("index_unsigned", dtype=indices.dtype)
+    raise IndexError(message("index_range", op=op, value=value, position=pos, dim=dim_names[j],
+                             size=size, valid=valid, unsigned=neg))
 
 # ---------------------------------------------------------------------------------------------
 # Per-operator checks
@@ -567,18 +549,17 @@ def _check_gather_nd(input, indices, batch_dims, input_dimension_count, indices_
     if level != PERMISSIVE:
         if lay.dml_form:
             check_dml_dimension_count(op, ("InputTensor", "IndicesTensor"),
-                                      (input.dim(), indices.dim()), level, "3_0")
+                                      (input.dim(), indices.dim()), level, FULL_RANK_FROM[op])
         else:
             check_natural_ranks(op, ("InputTensor", "IndicesTensor", "OutputTensor"),
-                                (input.dim(), indices.dim(), len(lay.out_shape)), level, "3_0")
+                                (input.dim(), indices.dim(), len(lay.out_shape)), level,
+                                FULL_RANK_FROM[op])
         # spec DML_GATHER_ND.md Remarks: BatchDimensionCount belongs to DML_GATHER_ND1, which
         # was introduced in DML_FEATURE_LEVEL_3_0.
-        if batch_dims != 0 and not level_at_least(level, "3_0"):
-            raise ConstraintError(
-                f"{op}: batch_dims={batch_dims} needs DML_OPERATOR_GATHER_ND1 "
-                f"(BatchDimensionCount), introduced in DML_FEATURE_LEVEL_3_0; the active level is "
-                f"{level_name(level)}"
-            )
+        if batch_dims != 0 and not level_at_least(level, BATCH_DIMS_FROM):
+            raise ConstraintError(message("batch_dims_level", op=op, batch_dims=batch_dims,
+                                          since=level_name(BATCH_DIMS_FROM),
+                                          level=level_name(level)))
     return lay
 
 
@@ -623,45 +604,39 @@ def _check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
                       indices_dimension_count, level, op) -> GatherLayout:
     check_level_argument(level)
     if reduction not in REDUCTIONS:
-        raise ValueError(f"{op}: reduction must be one of {', '.join(map(repr, REDUCTIONS))}, "
-                         f"got {reduction!r}")
+        raise ValueError(message("reduction_choice", op=op, reduction=repr(reduction),
+                                 choices=", ".join(map(repr, REDUCTIONS))))
     check_data_dtype(op, "InputTensor", input.dtype, level)
     # spec DML_SCATTER_ND.md "Tensor constraints": Input, Output and Updates share one DataType.
     if updates.dtype != input.dtype:
-        raise ConstraintTypeError(
-            f"{op}: UpdatesTensor has dtype {updates.dtype} but InputTensor has {input.dtype}; "
-            f"they must have the same DataType"
-        )
+        raise ConstraintTypeError(message("updates_dtype", op=op, dtype=updates.dtype,
+                                          input_dtype=input.dtype))
     check_index_dtype(op, "IndicesTensor", indices.dtype, level)
     # ONNX ScatterND: the index tuples may be empty (k = 0, each update is the whole input).
     lay = gather_layout(op, input.shape, indices.shape, 0, input_dimension_count,
                         indices_dimension_count, updates_name="UpdatesTensor", min_tuple_size=0)
     if lay.dml_form and updates.dim() != input.dim():
-        raise ConstraintError(
-            f"{op}: in the DML form UpdatesTensor.DimensionCount must equal "
-            f"InputTensor.DimensionCount ({input.dim()}), got {updates.dim()}"
-        )
+        raise ConstraintError(message("dml_rank_equal", op=op, name="UpdatesTensor",
+                                      first="InputTensor", rank=input.dim(), got=updates.dim()))
     # spec DML_SCATTER_ND.md UpdatesTensor: Sizes = indices' leading segment + input's trailing
     # segment (spec README 1: the segment after the indexed dimensions), right-aligned.
     if tuple(updates.shape) != tuple(lay.out_shape):
-        raise ConstraintError(
-            f"{op}: UpdatesTensor must have sizes {tuple(lay.out_shape)} (IndicesTensor's leading "
-            f"{tuple(lay.natural_indices_shape[:-1])} + InputTensor's trailing "
-            f"{tuple(lay.slice_shape)}), got {tuple(updates.shape)}"
-        )
+        raise ConstraintError(message(
+            "updates_shape", op=op, want=tuple(lay.out_shape),
+            leading=tuple(lay.natural_indices_shape[:-1]), trailing=tuple(lay.slice_shape),
+            got=tuple(updates.shape)))
     if level != PERMISSIVE:
         if lay.dml_form:
             check_dml_dimension_count(op, ("InputTensor", "IndicesTensor", "UpdatesTensor"),
-                                      (input.dim(), indices.dim(), updates.dim()), level, "3_0")
+                                      (input.dim(), indices.dim(), updates.dim()), level,
+                                      FULL_RANK_FROM["scatter_nd"])
         else:
             check_natural_ranks(op, ("InputTensor", "IndicesTensor", "UpdatesTensor"),
-                                (input.dim(), indices.dim(), updates.dim()), level, "3_0")
+                                (input.dim(), indices.dim(), updates.dim()), level,
+                                      FULL_RANK_FROM["scatter_nd"])
         if reduction != "none":
-            raise ConstraintError(
-                f"{op}: reduction={reduction!r} is an ONNX ScatterND-18 extension; "
-                f"DML_OPERATOR_SCATTER_ND only overwrites, so at {level_name(level)} the "
-                f"reduction must be 'none'"
-            )
+            raise ConstraintError(message("reduction_level", op=op, reduction=repr(reduction),
+                                          level=level_name(level)))
     return lay
 
 
@@ -694,40 +669,30 @@ def _check_top_k1(input, k, axis, direction, index_dtype, level) -> int:
     op = "top_k1"
     check_level_argument(level)
     if direction not in DIRECTIONS:
-        raise ValueError(f"{op}: direction (AxisDirection) must be 'decreasing' or 'increasing', "
-                         f"got {direction!r}")
+        raise ValueError(message("direction_choice", op=op, direction=repr(direction),
+                                 choices=" or ".join(map(repr, DIRECTIONS))))
     check_data_dtype(op, "InputTensor", input.dtype, level)
     if index_dtype not in TOPK_INDEX_DTYPES:
-        raise ConstraintTypeError(
-            f"{op}: index_dtype (OutputIndexTensor) must be one of "
-            f"{type_list(TOPK_INDEX_DTYPES)}, got {index_dtype}")
+        raise ConstraintTypeError(message("topk_index_dtype", op=op, index_dtype=index_dtype,
+                                          supported=type_list(TOPK_INDEX_DTYPES)))
     r = input.dim()
     if r < 1:
-        raise ConstraintError(f"{op}: InputTensor must have at least 1 dimension, got shape "
-                              f"{tuple(input.shape)}")
-    # spec DML_TOP_K1.md Axis: "must be less than the DimensionCount of the InputTensor"
-    # (negative axes count from the end, as in torch).
+        raise ConstraintError(message("input_rank", op=op, shape=tuple(input.shape)))
     if not -r <= axis < r:
-        raise ConstraintIndexError(
-            f"{op}: Axis {axis} is out of range for InputTensor with {r} dimensions "
-            f"(expected in [{-r}, {r - 1}])")
+        raise ConstraintIndexError(message("topk_axis", op=op, axis=axis, rank=r, lo=-r,
+                                           hi=r - 1))
     ax = axis % r
     n = input.shape[ax]
-    # spec DML_TOP_K1.md K: greater than 0; spec README 4: K equal to the size is allowed.
     if not 1 <= k <= n:
-        raise ConstraintError(
-            f"{op}: K must be in [1, {n}] (InputTensor size along Axis {ax}), got {k}")
+        raise ConstraintError(message("topk_k", op=op, n=n, axis=ax, k=k))
     # Every index along the axis must be representable in the OutputIndexTensor's type.
     top = INDEX_LIMITS[index_dtype]
     if n - 1 > top:
-        raise ConstraintError(
-            f"{op}: InputTensor has size {n} along Axis {ax}, but OutputIndexTensor's type "
-            f"{index_dtype} holds indices up to {top}; use index_dtype=torch.int64 for an axis "
-            f"longer than {top + 1}")
+        raise ConstraintError(message("topk_index_limit", op=op, n=n, axis=ax,
+                                      index_dtype=index_dtype, top=top, limit=top + 1))
     if level != PERMISSIVE:
-        check_natural_ranks(op, ("InputTensor",), (r,), level, "3_1")
+        check_natural_ranks(op, ("InputTensor",), (r,), level, FULL_RANK_FROM[op])
         if index_dtype != torch.uint32:
-            raise ConstraintTypeError(
-                f"{op}: OutputIndexTensor is UINT32 in DirectML, but index_dtype is "
-                f"{index_dtype} at {level_name(level)}; pass index_dtype=torch.uint32")
+            raise ConstraintTypeError(message("topk_index_level", op=op, index_dtype=index_dtype,
+                                              level=level_name(level)))
     return ax

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 
+from ._data import MESSAGES
+
 __all__ = ["ConstraintError", "ConstraintIndexError", "ConstraintTypeError", "MemoryOverlapError"]
 
 
@@ -62,3 +64,9 @@ def quiet_fake_tensor_refusals() -> None:
     logger = logging.getLogger("torch._subclasses.fake_tensor")
     if not any(isinstance(f, _QuietRefusals) for f in logger.filters):
         logger.addFilter(_QuietRefusals())
+
+
+def message(key: str, **fields: object) -> str:
+    """The message of rule ``key`` (``_data.MESSAGES``, which the C++ kernels' are generated
+    from) with its fields filled."""
+    return MESSAGES[key].format(**fields)

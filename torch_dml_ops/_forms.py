@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence
 
-from ._errors import ConstraintError
+from ._errors import ConstraintError, message
 
 
 def prod(xs) -> int:
@@ -37,26 +37,22 @@ def strip_padding(op: str, name: str, count_name: str, shape: Sequence[int], cou
     n = len(shape)
     # spec DML_GATHER_ND.md / spec README 2: the count ranges over [1, DimensionCount].
     if not 1 <= count <= n:
-        raise ConstraintError(
-            f"{op}: {count_name} must be in [1, {name}.DimensionCount = {n}], got {count}"
-        )
+        raise ConstraintError(message("count_range", op=op, count_name=count_name, name=name, n=n,
+                                      count=count))
     lead = tuple(shape[: n - count])
     for d, s in enumerate(lead):
         if s != 1:
-            raise ConstraintError(
-                f"{op}: {name} has size {s} in dimension {d}, which {count_name}={count} marks as a "
-                f"leading padding dimension; padding dimensions must have size 1 (sizes {tuple(shape)})"
-            )
+            raise ConstraintError(message("padding_size", op=op, name=name, size=s, dim=d,
+                                          count_name=count_name, count=count,
+                                          shape=tuple(shape)))
     return tuple(shape[n - count:])
 
 
 def right_align(op: str, name: str, shape: tuple, n: int) -> tuple:
     """Pad a natural-form result with leading 1s to DimensionCount ``n``."""
     if len(shape) > n:
-        raise ConstraintError(
-            f"{op}: {name} needs {len(shape)} dimensions {tuple(shape)}, more than the DimensionCount "
-            f"{n} of the DML-form inputs"
-        )
+        raise ConstraintError(message("result_rank", op=op, name=name, rank=len(shape),
+                                      shape=tuple(shape), n=n))
     return (1,) * (n - len(shape)) + tuple(shape)
 
 
@@ -67,11 +63,8 @@ def dml_form(op: str, input_dimension_count: Optional[int],
     if input_dimension_count is None and indices_dimension_count is None:
         return False
     if input_dimension_count is None or indices_dimension_count is None:
-        raise ConstraintError(
-            f"{op}: the DML form needs both input_dimension_count and indices_dimension_count "
-            f"(got {input_dimension_count} and {indices_dimension_count}); pass neither for the "
-            f"natural form"
-        )
+        raise ConstraintError(message("dml_both_counts", op=op, input_count=input_dimension_count,
+                                      indices_count=indices_dimension_count))
     return True
 
 
@@ -130,13 +123,9 @@ def gather_layout(op: str, input_shape: Sequence[int], indices_shape: Sequence[i
     if dml:
         assert input_dimension_count is not None and indices_dimension_count is not None
         n = len(input_shape)
-        # spec DML_GATHER_ND.md IndicesTensor: "The DimensionCount of this tensor must match
-        # InputTensor.DimensionCount."
         if len(indices_shape) != n:
-            raise ConstraintError(
-                f"{op}: in the DML form IndicesTensor.DimensionCount must equal "
-                f"InputTensor.DimensionCount ({n}), got {len(indices_shape)} (sizes {indices_shape})"
-            )
+            raise ConstraintError(message("dml_indices_rank", op=op, rank=n,
+                                          got=len(indices_shape), shape=indices_shape))
         nat_in = strip_padding(op, "InputTensor", "input_dimension_count", input_shape,
                                input_dimension_count)
         nat_idx = strip_padding(op, "IndicesTensor", "indices_dimension_count", indices_shape,
@@ -146,34 +135,23 @@ def gather_layout(op: str, input_shape: Sequence[int], indices_shape: Sequence[i
 
     r, q = len(nat_in), len(nat_idx)
     if r < 1:
-        raise ConstraintError(f"{op}: InputTensor must have at least 1 dimension, got shape {nat_in}")
+        raise ConstraintError(message("input_rank", op=op, shape=nat_in))
     if q < 1:
-        raise ConstraintError(
-            f"{op}: IndicesTensor must have at least 1 dimension (its last one is the index-tuple "
-            f"size), got shape {nat_idx}"
-        )
-    # ONNX GatherND: 0 <= batch_dims < min(q, r).
+        raise ConstraintError(message("indices_rank", op=op, shape=nat_idx))
     if not isinstance(batch_dims, int) or batch_dims < 0 or batch_dims >= min(q, r):
-        raise ConstraintError(
-            f"{op}: batch_dims (BatchDimensionCount) must be in [0, min(IndicesTensor rank {q}, "
-            f"InputTensor rank {r})), got {batch_dims}"
-        )
+        raise ConstraintError(message("batch_dims_range", op=op, q=q, r=r, batch_dims=batch_dims))
     k = int(nat_idx[-1])
     # spec DML_GATHER_ND.md / DML_SCATTER_ND.md: the tuple size "cannot exceed" ("mustn't
     # exceed") InputTensor.DimensionCount; no lower bound.  ONNX GatherND: 1 <= k <= r -
     # batch_dims; ONNX ScatterND: k <= r, and k = 0 makes every update the whole input.
     if not min_tuple_size <= k <= r - batch_dims:
-        raise ConstraintError(
-            f"{op}: IndicesTensor's last dimension is the index-tuple size and must be in "
-            f"[{min_tuple_size}, {r - batch_dims}] (InputTensor rank {r} minus batch_dims "
-            f"{batch_dims}), got {k} (IndicesTensor sizes {indices_shape})"
-        )
+        raise ConstraintError(message("tuple_size", op=op, lo=min_tuple_size, hi=r - batch_dims,
+                                      r=r, batch_dims=batch_dims, k=k, shape=indices_shape))
     for d in range(batch_dims):
         if nat_idx[d] != nat_in[d]:
-            raise ConstraintError(
-                f"{op}: batch dimension {d} differs: IndicesTensor has {nat_idx[d]}, InputTensor has "
-                f"{nat_in[d]} (the first batch_dims={batch_dims} dimensions must match)"
-            )
+            raise ConstraintError(message("batch_dim_differs", op=op, d=d,
+                                          indices_size=nat_idx[d], input_size=nat_in[d],
+                                          batch_dims=batch_dims))
     # spec README 1: the trailing segment starts after the indexed dimensions.
     nat_out = tuple(nat_idx[:-1]) + tuple(nat_in[batch_dims + k:])
     out_shape = right_align(op, result_name, nat_out, len(input_shape)) if dml else nat_out
@@ -197,9 +175,7 @@ def backward_layout(grad_shape: Sequence[int], indices_shape: Sequence[int],
     index_sizes = tuple(index_sizes)
     b = batch_dims
     if not indices_shape:
-        raise ConstraintError(
-            f"gather_nd: IndicesTensor must have at least 1 dimension (its last one is the "
-            f"index-tuple size), got shape {indices_shape}")
+        raise ConstraintError(message("indices_rank", op="gather_nd", shape=indices_shape))
     n = len(indices_shape)
     dml = dml_form("gather_nd", input_dimension_count, indices_dimension_count)
     if dml:
@@ -213,42 +189,35 @@ def backward_layout(grad_shape: Sequence[int], indices_shape: Sequence[int],
         nat_idx = indices_shape
     q, k = len(nat_idx), nat_idx[-1]
     if not isinstance(b, int) or not 0 <= b < q:
-        raise ConstraintError(
-            f"gather_nd: batch_dims (BatchDimensionCount) must be in [0, IndicesTensor rank {q}), "
-            f"got {b}")
+        raise ConstraintError(message("batch_dims_range_backward", op="gather_nd", q=q,
+                                      batch_dims=b))
     if len(index_sizes) != k or any(s < 0 for s in index_sizes):
-        raise ConstraintError(
-            f"{op}: index_sizes must hold the k = {k} indexed input sizes (IndicesTensor's last "
-            f"dimension), each >= 0, got {list(index_sizes)}")
+        raise ConstraintError(message("index_sizes", op=op, k=k, sizes=list(index_sizes)))
     if dml:
         assert input_dimension_count is not None    # dml_form: both counts given
         trailing = input_dimension_count - b - k
         if trailing < 0:
-            raise ConstraintError(
-                f"gather_nd: IndicesTensor's last dimension is the index-tuple size and must be "
-                f"in [1, {input_dimension_count - b}] (InputTensor rank {input_dimension_count} "
-                f"minus batch_dims {b}), got {k} (IndicesTensor sizes {indices_shape})")
+            raise ConstraintError(message("tuple_size", op="gather_nd", lo=1,
+                                          hi=input_dimension_count - b, r=input_dimension_count,
+                                          batch_dims=b, k=k, shape=indices_shape))
         nat_rank = q - 1 + trailing
         nat_grad = grad_shape[len(grad_shape) - nat_rank:] if nat_rank <= len(grad_shape) else None
     else:
         nat_grad = grad_shape
     if nat_grad is None or tuple(nat_grad[:q - 1]) != tuple(nat_idx[:-1]):
-        raise ConstraintError(
-            f"{op}: grad has shape {grad_shape}, which is not a gather_nd output for "
-            f"IndicesTensor shape {indices_shape} (its leading dimensions must be "
-            f"IndicesTensor's {tuple(nat_idx[:-1])})")
+        raise ConstraintError(message("grad_not_output", op=op, shape=grad_shape,
+                                      indices_shape=indices_shape, leading=tuple(nat_idx[:-1])))
     nat_in = tuple(nat_grad[:b]) + index_sizes + tuple(nat_grad[q - 1:])
     input_shape = (1,) * (n - len(nat_in)) + nat_in if dml else nat_in
     if 0 not in input_shape and prod(input_shape) > 2**63 - 1:
-        raise ConstraintError(
-            f"{op}: index_sizes {list(index_sizes)} with grad's shape {grad_shape} describe an "
-            f"input gradient of shape {input_shape}, more than 2**63 - 1 elements")
+        raise ConstraintError(message("grad_too_big", op=op, sizes=list(index_sizes),
+                                      shape=grad_shape, input_shape=input_shape))
     lay = gather_layout("gather_nd", input_shape, indices_shape, b, input_dimension_count,
                         indices_dimension_count)
     if tuple(grad_shape) != tuple(lay.out_shape):
-        raise ConstraintError(
-            f"{op}: grad has shape {grad_shape}, expected {tuple(lay.out_shape)} (the gather_nd "
-            f"output of InputTensor shape {input_shape} and IndicesTensor shape {indices_shape})")
+        raise ConstraintError(message("grad_shape", op=op, shape=grad_shape,
+                                      want=tuple(lay.out_shape), input_shape=input_shape,
+                                      indices_shape=indices_shape))
     return input_shape, lay
 
 

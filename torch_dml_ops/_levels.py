@@ -4,6 +4,8 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
+from . import _data
+from ._errors import message
 from ._types import FeatureLevelName
 
 __all__ = ["feature_level", "get_feature_level", "normalize_feature_level", "FEATURE_LEVELS",
@@ -12,7 +14,7 @@ __all__ = ["feature_level", "get_feature_level", "normalize_feature_level", "FEA
 #: The permissive default: every dtype this library supports, any rank, negative indices.
 PERMISSIVE = "permissive"
 #: DirectML feature levels whose tables we enforce, oldest first.
-FEATURE_LEVELS = ("2_1", "3_0", "3_1")
+FEATURE_LEVELS = _data.FEATURE_LEVELS
 
 _ALIASES = {lvl: lvl for lvl in FEATURE_LEVELS}
 _ALIASES.update({lvl.replace("_", "."): lvl for lvl in FEATURE_LEVELS})
@@ -95,7 +97,5 @@ def level_name(level: str) -> str:
 def check_level_argument(level: str) -> None:
     """The op's ``feature_level`` argument, as passed to ``torch.ops.torch_dml_ops.*``."""
     if level not in _ALIASES or _ALIASES[level] != level:
-        raise ValueError(
-            f"feature_level argument {level!r} is not a canonical feature level: expected one of "
-            f"{', '.join(FEATURE_LEVELS)} or {PERMISSIVE!r}"
-        )
+        raise ValueError(message("level_argument", level=repr(level),
+                                 levels=", ".join(FEATURE_LEVELS)))

@@ -23,11 +23,11 @@ SIGNED_INDEX_DTYPES = (torch.int64, torch.int32)
 _DML_TYPE_NAMES = {_DTYPE[name]: dml_name for name, _, dml_name, _ in _data.DTYPES}
 
 #: ScatterND reductions: DML_SCATTER_ND's overwrite ("none") and ONNX ScatterND-18's four.
-REDUCTIONS = ("none", "add", "mul", "max", "min")
+REDUCTIONS = _data.REDUCTIONS
 #: DML_TOP_K1's AxisDirection.
-DIRECTIONS = ("decreasing", "increasing")
-#: spec DML_TOP_K1.md OutputIndexTensor: UINT32; int64 and int32 are torch-friendly extras.
-TOPK_INDEX_DTYPES = (torch.int64, torch.int32, torch.uint32)
+DIRECTIONS = _data.DIRECTIONS
+#: top_k1's index dtypes (spec DML_TOP_K1.md OutputIndexTensor: UINT32; int64 and int32 extra).
+TOPK_INDEX_DTYPES = tuple(getattr(torch, name) for name in _data.TOPK_INDEX_DTYPES)
 #: The largest index each top_k1 index dtype holds.
 INDEX_LIMITS = {torch.int64: 2**63 - 1, torch.int32: 2**31 - 1, torch.uint32: 2**32 - 1}
 #: "No bad index found": what the kernels' first-bad-position searches return otherwise.

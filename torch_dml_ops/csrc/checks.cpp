@@ -1,4 +1,4 @@
-// The C++ kernels' checks (checks.h); messages equal torch_dml_ops/_checks.py's.
+// The C++ kernels' checks (checks.h); the messages are _data.MESSAGES (msg::*, filled by fill()).
 #include "checks.h"
 
 #include <algorithm>
@@ -29,16 +29,6 @@ std::string type_list(bool dml_only) {
 }
 
 template <size_t N>
-std::string dtype_list(const ScalarType (&dtypes)[N]) {
-  std::string s;
-  for (auto t : dtypes) {
-    if (!s.empty()) s += ", ";
-    s += dtype_name(t) + 6;  // drop "torch."
-  }
-  return s;
-}
-
-template <size_t N>
 bool in(ScalarType t, const ScalarType (&dtypes)[N]) {
   return std::find(std::begin(dtypes), std::end(dtypes), t) != std::end(dtypes);
 }
@@ -47,8 +37,8 @@ bool in(ScalarType t, const ScalarType (&dtypes)[N]) {
 std::optional<std::pair<int64_t, int64_t>> dimension_count_rule(Level level,
                                                                 Level full_rank_from) {
   if (level == Level::Permissive) return std::nullopt;
-  if (level_at_least(level, full_rank_from)) return std::make_pair<int64_t, int64_t>(1, 8);
-  return std::make_pair<int64_t, int64_t>(4, 4);
+  const int64_t* r = level_at_least(level, full_rank_from) ? kFullRank : kOldRank;
+  return std::make_pair(r[0], r[1]);
 }
 
 int64_t extent(const Tensor& t) {
@@ -70,7 +60,6 @@ std::pair<uintptr_t, uintptr_t> byte_span(const Tensor& t) {
 // Whether two strided tensors share a byte (_checks.overlap_status, step for step: the same
 // answers, "too hard" after the same kOverlapWork steps).
 enum Overlap { kOverlapNo = 0, kOverlapYes = 1, kOverlapTooHard = 2 };
-constexpr int64_t kOverlapWork = int64_t{1} << 14;
 
 // (byte stride, size - 1) of each dim that moves, and (1, element size - 1).
 void overlap_terms(const Tensor& t, std::vector<std::pair<int64_t, int64_t>>& terms) {
@@ -164,9 +153,8 @@ Overlap overlap_within(const Tensor& a, std::pair<uintptr_t, uintptr_t> a_span, 
 }
 
 std::string layout_text(const Tensor& t) {
-  return "sizes " + py_tuple(t.sizes()) + ", strides " + py_tuple(t.strides()) +
-         ", storage offset " + std::to_string(t.storage_offset()) + ", " +
-         std::to_string(t.element_size()) + "-byte elements";
+  return fill(msg::layout, {{"sizes", py_tuple(t.sizes())}, {"strides", py_tuple(t.strides())},
+                            {"offset", t.storage_offset()}, {"itemsize", t.element_size()}});
 }
 
 bool has_internal_overlap(const Tensor& t) {
@@ -239,59 +227,88 @@ std::string device_name(const Tensor& t) {
   return type;
 }
 
+std::string fill(const char* message, std::initializer_list<Field> fields) {
+  std::string out;
+  for (const char* p = message; *p;) {
+    const char* open = std::strchr(p, '{');
+    if (!open) {
+      out += p;
+      break;
+    }
+    out.append(p, open);
+    const char* close = std::strchr(open, '}');
+    const std::string_view key(open + 1, close ? close - open - 1 : 0);
+    const Field* f = nullptr;
+    for (const Field& x : fields)
+      if (key == x.key) f = &x;
+    if (!close || !f) throw std::logic_error(cat("tdo::fill: no field ", key, " for ", message));
+    out += f->value;
+    p = close + 1;
+  }
+  return out;
+}
+
+std::string dtype_list(const ScalarType* begin, const ScalarType* end) {
+  std::string s;
+  for (auto t = begin; t != end; t++) {
+    if (!s.empty()) s += ", ";
+    s += dtype_name(*t) + 6;  // drop "torch."
+  }
+  return s;
+}
+
 Level parse_level(std::string_view level) {
-  if (level == "2_1") return Level::L2_1;
-  if (level == "3_0") return Level::L3_0;
-  if (level == "3_1") return Level::L3_1;
+  constexpr int n = static_cast<int>(std::size(kLevelNames));
+  static_assert(static_cast<int>(Level::Permissive) == n);
+  for (int i = 0; i < n; i++)
+    if (level == kLevelNames[i]) return static_cast<Level>(i);
   if (level == "permissive") return Level::Permissive;
-  value_error("feature_level argument ", py_repr(level),
-              " is not a canonical feature level: expected one of 2_1, 3_0, 3_1 or 'permissive'");
+  std::string levels;
+  for (const char* name : kLevelNames) levels += cat(levels.empty() ? "" : ", ", name);
+  value_error(fill(msg::level_argument, {{"level", py_repr(level)}, {"levels", levels}}));
 }
 
 std::string level_name(Level level) {
-  switch (level) {
-    case Level::L2_1: return "DML_FEATURE_LEVEL_2_1";
-    case Level::L3_0: return "DML_FEATURE_LEVEL_3_0";
-    case Level::L3_1: return "DML_FEATURE_LEVEL_3_1";
-    default: return "permissive default";
-  }
+  if (level == Level::Permissive) return "permissive default";
+  return cat("DML_FEATURE_LEVEL_", kLevelNames[static_cast<int>(level)]);
 }
 
 void check_data_dtype(const char* op, const char* tensor_name, ScalarType dtype, Level level) {
   const DtypeRow* r = find_dtype(dtype);
   bool dml_only = level != Level::Permissive;
   if (r && (r->dml || !dml_only)) return;
-  value_error(op, ": ", tensor_name, " has dtype ", dtype_name(dtype), " (", dml_type_name(dtype),
-              "), which is not a supported data type at the ", level_name(level),
-              "; supported: ", type_list(dml_only));
+  value_error(fill(msg::data_dtype, {{"op", op}, {"name", tensor_name}, {"dtype", dtype_name(dtype)},
+                                     {"dml_type", dml_type_name(dtype)},
+                                     {"level", level_name(level)},
+                                     {"supported", type_list(dml_only)}}));
 }
 
 void check_index_dtype(const char* op, const char* tensor_name, ScalarType dtype, Level level) {
   const bool old = level == Level::L2_1;
   const bool any = in(dtype, kIndexDtypes);
   if (old ? in(dtype, kIndexDtypes2_1) : any) return;
-  std::string hint;
-  if (old && any)
-    hint = " (signed and 64-bit indices, and so negative indices, arrive at DML_FEATURE_LEVEL_3_0)";
-  value_error(op, ": ", tensor_name, " has dtype ", dtype_name(dtype), " (", dml_type_name(dtype),
-              "), which is not a supported index type at the ", level_name(level),
-              "; supported: ", old ? dtype_list(kIndexDtypes2_1) : dtype_list(kIndexDtypes), hint);
+  value_error(fill(msg::index_dtype,
+                   {{"op", op}, {"name", tensor_name}, {"dtype", dtype_name(dtype)},
+                    {"dml_type", dml_type_name(dtype)}, {"level", level_name(level)},
+                    {"supported", old ? dtype_list(kIndexDtypes2_1) : dtype_list(kIndexDtypes)},
+                    {"hint", old && any ? msg::index_dtype_hint : ""}}));
+}
+
+static std::string dimension_count_text(const std::pair<int64_t, int64_t>& rule) {
+  return rule.first == rule.second ? cat(rule.first) : cat(rule.first, " to ", rule.second);
 }
 
 void check_dml_dimension_count(const char* op, const std::vector<const char*>& names,
                                const Shape& ranks, Level level, Level full_rank_from) {
   for (size_t i = 1; i < names.size(); i++)
     if (ranks[i] != ranks[0])
-      value_error(op, ": in the DML form ", names[i], ".DimensionCount must equal ", names[0],
-                  ".DimensionCount (", ranks[0], "), got ", ranks[i]);
+      value_error(fill(msg::dml_rank_equal, {{"op", op}, {"name", names[i]}, {"first", names[0]},
+                                             {"rank", ranks[0]}, {"got", ranks[i]}}));
   auto rule = dimension_count_rule(level, full_rank_from);
-  if (rule && !(rule->first <= ranks[0] && ranks[0] <= rule->second)) {
-    std::string want = rule->first == rule->second ? cat(rule->first)
-                                                   : cat(rule->first, " to ", rule->second);
-    value_error(op, ": ", names[0], ".DimensionCount must be ", want, " at ", level_name(level),
-                ", got ", ranks[0],
-                " (in the DML form every tensor has exactly the level's DimensionCount)");
-  }
+  if (rule && !(rule->first <= ranks[0] && ranks[0] <= rule->second))
+    value_error(fill(msg::dml_rank_range,
+                     {{"op", op}, {"name", names[0]}, {"want", dimension_count_text(*rule)},
+                      {"level", level_name(level)}, {"got", ranks[0]}}));
 }
 
 void check_natural_ranks(const char* op, const std::vector<const char*>& names,
@@ -299,13 +316,11 @@ void check_natural_ranks(const char* op, const std::vector<const char*>& names,
   auto rule = dimension_count_rule(level, full_rank_from);
   if (!rule) return;
   for (size_t i = 0; i < names.size(); i++)
-    if (ranks[i] > rule->second) {
-      std::string count = rule->first == rule->second ? cat(rule->second)
-                                                      : cat(rule->first, " to ", rule->second);
-      value_error(op, ": ", names[i], " has ", ranks[i], " dimensions; at ", level_name(level),
-                  " the DimensionCount is ", count, ", so a natural-form tensor may have at most ",
-                  rule->second, " dimensions (it is padded with leading 1s)");
-    }
+    if (ranks[i] > rule->second)
+      value_error(fill(msg::natural_rank,
+                       {{"op", op}, {"name", names[i]}, {"rank", ranks[i]},
+                        {"level", level_name(level)}, {"want", dimension_count_text(*rule)},
+                        {"most", rule->second}}));
 }
 
 namespace {
@@ -350,16 +365,14 @@ void check_cpu_strided(const char* op, const std::vector<Named>& tensors) {
   auto dev = first.t->device();
   for (size_t i = 1; i < tensors.size(); i++)
     if (tensors[i].t->device() != dev)
-      value_error(op, ": ", tensors[i].name, " is on ", device_name(*tensors[i].t), " but ",
-                  first.name, " is on ", device_name(*first.t),
-                  "; all tensors must be on the same device");
+      value_error(fill(msg::same_device,
+                       {{"op", op}, {"name", tensors[i].name}, {"device", device_name(*tensors[i].t)},
+                        {"first", first.name}, {"first_device", device_name(*first.t)}}));
   if (!first.t->is_cpu())
     value_error(op, ": ", first.name, " is on ", device_name(*first.t),
                 "; this kernel takes CPU tensors");
   for (const auto& n : tensors)
-    if (!is_strided(*n.t))
-      value_error(op, ": ", n.name, " is a sparse or otherwise non-strided tensor; only dense "
-                  "(strided) tensors are supported");
+    if (!is_strided(*n.t)) value_error(fill(msg::dense, {{"op", op}, {"name", n.name}}));
 }
 
 void check_storage(const char* op, const char* role, const Tensor& t) {
@@ -368,10 +381,11 @@ void check_storage(const char* op, const char* role, const Tensor& t) {
   TDO_SHIM_CHECK(aoti_torch_get_storage_size(t.get(), &have));
   int64_t need = (t.storage_offset() + extent(t)) * static_cast<int64_t>(t.element_size());
   if (need > have)
-    runtime_error(op, ": ", role, "'s storage has ", have, " bytes but the tensor needs ", need,
-                  " bytes (shape ", py_tuple(t.sizes()), ", stride ", py_tuple(t.strides()),
-                  ", storage offset ", t.storage_offset(), ", ", t.element_size(),
-                  "-byte elements; was its storage resized?)");
+    runtime_error(fill(msg::storage, {{"op", op}, {"name", role}, {"have", have}, {"need", need},
+                                      {"shape", py_tuple(t.sizes())},
+                                      {"stride", py_tuple(t.strides())},
+                                      {"offset", t.storage_offset()},
+                                      {"itemsize", t.element_size()}}));
 }
 
 bool call_bool(const char* name, const Tensor& t) {
@@ -395,8 +409,7 @@ bool try_mark_written(const Tensor& t) {
 void mark_written(const char* op, const char* name, const Tensor& t) {
   if (try_mark_written(t)) return;
   if (call_bool("aten::is_inference", t))
-    runtime_error(op, ": ", name, " is an inference tensor; Inplace update to inference tensor "
-                  "outside InferenceMode is not allowed");
+    runtime_error(fill(msg::inference, {{"op", op}, {"name", name}}));
   runtime_error(op, ": ", name, " cannot be written in place (torch refused to record the write "
                 "on its version counter)");
 }
@@ -414,36 +427,30 @@ Tensor resolved(const Tensor& t) {
 void check_out(const char* op, const Tensor& out, const Shape& shape, ScalarType dtype,
                const std::vector<Named>& inputs, const char* name) {
   if (out.scalar_type() != dtype)
-    value_error(op, ": ", name, " has dtype ", dtype_name(out.scalar_type()), ", expected ",
-                dtype_name(dtype), " (the InputTensor's)");
+    value_error(fill(msg::out_dtype, {{"op", op}, {"name", name},
+                                      {"dtype", dtype_name(out.scalar_type())},
+                                      {"want", dtype_name(dtype)}}));
   if (shape_of(out) != shape)
-    value_error(op, ": ", name, " has shape ", py_tuple(out.sizes()), ", expected ",
-                py_tuple(shape));
-  if (!out.is_cpu()) value_error(op, ": ", name, " is on ", device_name(out), ", expected cpu");
-  if (!is_strided(out))
-    value_error(op, ": ", name, " is a sparse or otherwise non-strided tensor; only dense "
-                "(strided) tensors are supported");
+    value_error(fill(msg::out_shape, {{"op", op}, {"name", name}, {"shape", py_tuple(out.sizes())},
+                                      {"want", py_tuple(shape)}}));
+  if (!out.is_cpu())
+    value_error(fill(msg::out_device,
+                     {{"op", op}, {"name", name}, {"device", device_name(out)}, {"want", "cpu"}}));
+  if (!is_strided(out)) value_error(fill(msg::dense, {{"op", op}, {"name", name}}));
   if (has_internal_overlap(out))
-    runtime_error(op, ": ", name, " has internal overlap (sizes ", py_tuple(out.sizes()),
-                  ", strides ", py_tuple(out.strides()),
-                  "): unsupported operation: more than one element of the written-to tensor "
-                  "refers to a single memory location. Please clone() the tensor before "
-                  "performing the operation.");
+    runtime_error(fill(msg::internal_overlap, {{"op", op}, {"name", name},
+                                               {"sizes", py_tuple(out.sizes())},
+                                               {"strides", py_tuple(out.strides())}}));
   const auto o_span = byte_span(out);
   if (o_span.first == o_span.second) return;
   for (const auto& in : inputs) {
     const Overlap status = overlap_within(out, o_span, *in.t, byte_span(*in.t));
     if (status == kOverlapYes)
-      runtime_error(op, ": ", name, " overlaps ", in.name,
-                    " in memory; pass a separate buffer (unsupported operation: some elements of "
-                    "the input tensor and the written-to tensor refer to a single memory "
-                    "location)");
+      runtime_error(fill(msg::overlap, {{"op", op}, {"name", name}, {"input", in.name}}));
     if (status == kOverlapTooHard)
-      runtime_error(op, ": ", name, " may overlap ", in.name,
-                    " in memory: their strides interleave too intricately to rule out a shared "
-                    "element in ", kOverlapWork, " steps (", name, ": ", layout_text(out), "; ",
-                    in.name, ": ", layout_text(*in.t), "); pass a separate buffer, or clone() "
-                    "one of them");
+      runtime_error(fill(msg::overlap_too_hard,
+                         {{"op", op}, {"name", name}, {"input", in.name}, {"work", kOverlapWork},
+                          {"layout", layout_text(out)}, {"input_layout", layout_text(*in.t)}}));
   }
 }
 
@@ -457,15 +464,13 @@ Shape strip_padding(const char* op, const char* name, const char* count_name, co
                     int64_t count) {
   int64_t n = static_cast<int64_t>(shape.size());
   if (!(1 <= count && count <= n))
-    value_error(op, ": ", count_name, " must be in [1, ", name, ".DimensionCount = ", n,
-                "], got ", count);
+    value_error(fill(msg::count_range, {{"op", op}, {"count_name", count_name}, {"name", name},
+                                        {"n", n}, {"count", count}}));
   for (int64_t d = 0; d < n - count; d++)
     if (shape[d] != 1)
-      value_error(op, ": ", name, " has size ", shape[d], " in dimension ", d, ", which ",
-                  count_name, "=", count,
-                  " marks as a leading padding dimension; padding dimensions must have size 1 "
-                  "(sizes ",
-                  py_tuple(shape), ")");
+      value_error(fill(msg::padding_size,
+                       {{"op", op}, {"name", name}, {"size", shape[d]}, {"dim", d},
+                        {"count_name", count_name}, {"count", count}, {"shape", py_tuple(shape)}}));
   return Shape(shape.begin() + (n - count), shape.end());
 }
 
@@ -475,10 +480,9 @@ bool dml_form(const char* op, std::optional<int64_t> input_dimension_count,
   if (!input_dimension_count && !indices_dimension_count) return false;
   auto opt = [](const std::optional<int64_t>& v) { return v ? cat(*v) : std::string("None"); };
   if (!input_dimension_count || !indices_dimension_count)
-    value_error(op, ": the DML form needs both input_dimension_count and "
-                "indices_dimension_count (got ",
-                opt(input_dimension_count), " and ", opt(indices_dimension_count),
-                "); pass neither for the natural form");
+    value_error(fill(msg::dml_both_counts, {{"op", op},
+                                            {"input_count", opt(input_dimension_count)},
+                                            {"indices_count", opt(indices_dimension_count)}}));
   return true;
 }
 
@@ -499,9 +503,9 @@ GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape
   if (lay.dml_form) {
     size_t n = input_shape.size();
     if (indices_shape.size() != n)
-      value_error(op, ": in the DML form IndicesTensor.DimensionCount must equal "
-                  "InputTensor.DimensionCount (",
-                  n, "), got ", indices_shape.size(), " (sizes ", py_tuple(indices_shape), ")");
+      value_error(fill(msg::dml_indices_rank, {{"op", op}, {"rank", n},
+                                               {"got", indices_shape.size()},
+                                               {"shape", py_tuple(indices_shape)}}));
     lay.natural_input_shape = strip_padding(op, "InputTensor", "input_dimension_count",
                                             input_shape, *input_dimension_count);
     lay.natural_indices_shape = strip_padding(op, "IndicesTensor", "indices_dimension_count",
@@ -513,28 +517,23 @@ GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape
   const Shape& ni = lay.natural_input_shape;
   const Shape& nx = lay.natural_indices_shape;
   int64_t r = static_cast<int64_t>(ni.size()), q = static_cast<int64_t>(nx.size());
-  if (r < 1)
-    value_error(op, ": InputTensor must have at least 1 dimension, got shape ", py_tuple(ni));
-  if (q < 1)
-    value_error(op, ": IndicesTensor must have at least 1 dimension (its last one is the "
-                "index-tuple size), got shape ",
-                py_tuple(nx));
+  if (r < 1) value_error(fill(msg::input_rank, {{"op", op}, {"shape", py_tuple(ni)}}));
+  if (q < 1) value_error(fill(msg::indices_rank, {{"op", op}, {"shape", py_tuple(nx)}}));
   if (batch_dims < 0 || batch_dims >= std::min(q, r))
-    value_error(op, ": batch_dims (BatchDimensionCount) must be in [0, min(IndicesTensor rank ",
-                q, ", InputTensor rank ", r, ")), got ", batch_dims);
+    value_error(fill(msg::batch_dims_range,
+                     {{"op", op}, {"q", q}, {"r", r}, {"batch_dims", batch_dims}}));
   int64_t k = nx.back();
   // spec DML_GATHER_ND.md / DML_SCATTER_ND.md: the tuple size cannot exceed the DimensionCount;
   // ONNX GatherND: k >= 1; ONNX ScatterND: k >= 0 (k = 0: every update is the whole input).
   if (!(min_tuple_size <= k && k <= r - batch_dims))
-    value_error(op, ": IndicesTensor's last dimension is the index-tuple size and must be in [",
-                min_tuple_size, ", ", r - batch_dims, "] (InputTensor rank ", r,
-                " minus batch_dims ", batch_dims, "), got ", k, " (IndicesTensor sizes ",
-                py_tuple(indices_shape), ")");
+    value_error(fill(msg::tuple_size, {{"op", op}, {"lo", min_tuple_size}, {"hi", r - batch_dims},
+                                       {"r", r}, {"batch_dims", batch_dims}, {"k", k},
+                                       {"shape", py_tuple(indices_shape)}}));
   for (int64_t d = 0; d < batch_dims; d++)
     if (nx[d] != ni[d])
-      value_error(op, ": batch dimension ", d, " differs: IndicesTensor has ", nx[d],
-                  ", InputTensor has ", ni[d], " (the first batch_dims=", batch_dims,
-                  " dimensions must match)");
+      value_error(fill(msg::batch_dim_differs, {{"op", op}, {"d", d}, {"indices_size", nx[d]},
+                                                {"input_size", ni[d]},
+                                                {"batch_dims", batch_dims}}));
   lay.batch_dims = batch_dims;
   lay.k = k;
   lay.natural_out_shape = Shape(nx.begin(), nx.end() - 1);
@@ -542,9 +541,9 @@ GatherLayout gather_layout(const char* op, const Shape& input_shape, const Shape
   if (lay.dml_form) {
     size_t n = input_shape.size();
     if (lay.natural_out_shape.size() > n)
-      value_error(op, ": ", result_name, " needs ", lay.natural_out_shape.size(), " dimensions ",
-                  py_tuple(lay.natural_out_shape),
-                  ", more than the DimensionCount ", n, " of the DML-form inputs");
+      value_error(fill(msg::result_rank, {{"op", op}, {"name", result_name},
+                                          {"rank", lay.natural_out_shape.size()},
+                                          {"shape", py_tuple(lay.natural_out_shape)}, {"n", n}}));
     lay.out_shape = Shape(n - lay.natural_out_shape.size(), 1);
     lay.out_shape.insert(lay.out_shape.end(), lay.natural_out_shape.begin(),
                          lay.natural_out_shape.end());
@@ -567,8 +566,7 @@ GatherLayout backward_layout(const Shape& grad_shape, const Shape& indices_shape
   const char* op = "gather_nd_backward";
   const int64_t b = batch_dims;
   if (indices_shape.empty())
-    value_error("gather_nd: IndicesTensor must have at least 1 dimension (its last one is the "
-                "index-tuple size), got shape ()");
+    value_error(fill(msg::indices_rank, {{"op", "gather_nd"}, {"shape", "()"}}));
   const int64_t n = static_cast<int64_t>(indices_shape.size());
   const bool dml = dml_form("gather_nd", input_dimension_count, indices_dimension_count);
   Shape nat_idx = indices_shape;
@@ -581,27 +579,25 @@ GatherLayout backward_layout(const Shape& grad_shape, const Shape& indices_shape
   }
   const int64_t q = static_cast<int64_t>(nat_idx.size()), k = nat_idx.back();
   if (!(0 <= b && b < q))
-    value_error("gather_nd: batch_dims (BatchDimensionCount) must be in [0, IndicesTensor rank ",
-                q, "), got ", b);
+    value_error(fill(msg::batch_dims_range_backward,
+                     {{"op", "gather_nd"}, {"q", q}, {"batch_dims", b}}));
   bool sizes_ok = static_cast<int64_t>(index_sizes.size()) == k;
   for (int64_t s : index_sizes) sizes_ok = sizes_ok && s >= 0;
   std::string list = "[";
   for (size_t j = 0; j < index_sizes.size(); j++)
     list += (j ? ", " : "") + cat(index_sizes[j]);
   list += "]";
-  if (!sizes_ok)
-    value_error(op, ": index_sizes must hold the k = ", k,
-                " indexed input sizes (IndicesTensor's last dimension), each >= 0, got ", list);
+  if (!sizes_ok) value_error(fill(msg::index_sizes, {{"op", op}, {"k", k}, {"sizes", list}}));
   const int64_t g = static_cast<int64_t>(grad_shape.size());
   int64_t start = 0;  // where the natural-form grad starts
   bool grad_ok = true;
   if (dml) {
     const int64_t trailing = *input_dimension_count - b - k;
     if (trailing < 0)
-      value_error("gather_nd: IndicesTensor's last dimension is the index-tuple size and must "
-                  "be in [1, ", *input_dimension_count - b, "] (InputTensor rank ",
-                  *input_dimension_count, " minus batch_dims ", b, "), got ", k,
-                  " (IndicesTensor sizes ", py_tuple(indices_shape), ")");
+      value_error(fill(msg::tuple_size, {{"op", "gather_nd"}, {"lo", 1},
+                                         {"hi", *input_dimension_count - b},
+                                         {"r", *input_dimension_count}, {"batch_dims", b},
+                                         {"k", k}, {"shape", py_tuple(indices_shape)}}));
     const int64_t nat_rank = q - 1 + trailing;
     grad_ok = nat_rank <= g;
     start = g - nat_rank;
@@ -610,10 +606,9 @@ GatherLayout backward_layout(const Shape& grad_shape, const Shape& indices_shape
   for (int64_t d = 0; grad_ok && d < q - 1; d++) grad_ok = grad_shape[start + d] == nat_idx[d];
   if (!grad_ok) {
     Shape lead(nat_idx.begin(), nat_idx.end() - 1);
-    value_error(op, ": grad has shape ", py_tuple(grad_shape),
-                ", which is not a gather_nd output for IndicesTensor shape ",
-                py_tuple(indices_shape), " (its leading dimensions must be IndicesTensor's ",
-                py_tuple(lead), ")");
+    value_error(fill(msg::grad_not_output, {{"op", op}, {"shape", py_tuple(grad_shape)},
+                                            {"indices_shape", py_tuple(indices_shape)},
+                                            {"leading", py_tuple(lead)}}));
   }
   Shape nat_in(grad_shape.begin() + start, grad_shape.begin() + start + b);
   nat_in.insert(nat_in.end(), index_sizes.begin(), index_sizes.end());
@@ -627,17 +622,17 @@ GatherLayout backward_layout(const Shape& grad_shape, const Shape& indices_shape
     too_big = too_big || __builtin_mul_overflow(numel, s, &numel);
   }
   if (too_big && !empty)
-    value_error(op, ": index_sizes ", list, " with grad's shape ", py_tuple(grad_shape),
-                " describe an input gradient of shape ", py_tuple(input_shape),
-                ", more than 2**63 - 1 elements");
+    value_error(fill(msg::grad_too_big, {{"op", op}, {"sizes", list},
+                                         {"shape", py_tuple(grad_shape)},
+                                         {"input_shape", py_tuple(input_shape)}}));
   GatherLayout lay = gather_layout("gather_nd", input_shape, indices_shape, b,
                                    input_dimension_count, indices_dimension_count);
   lay.sizes_from = "index_sizes";
   if (grad_shape != lay.out_shape)
-    value_error(op, ": grad has shape ", py_tuple(grad_shape), ", expected ",
-                py_tuple(lay.out_shape), " (the gather_nd output of InputTensor shape ",
-                py_tuple(input_shape), " and IndicesTensor shape ", py_tuple(indices_shape),
-                ")");
+    value_error(fill(msg::grad_shape, {{"op", op}, {"shape", py_tuple(grad_shape)},
+                                       {"want", py_tuple(lay.out_shape)},
+                                       {"input_shape", py_tuple(input_shape)},
+                                       {"indices_shape", py_tuple(indices_shape)}}));
   return lay;
 }
 
@@ -657,13 +652,12 @@ void raise_index_error(const char* op, const void* indices, int kind, int64_t fl
   }
   int64_t size = lay.index_sizes[j];
   std::string valid = is_signed ? cat('[', -size, ", ", size - 1, ']') : cat("[0, ", size - 1, ']');
-  if (size == 0) valid = "none: the dimension is empty";
+  if (size == 0) valid = msg::index_range_empty;
   std::string neg = is_signed ? std::string()
-      : cat(" (index type ", kind == kU32 ? "torch.uint32" : "torch.uint64",
-            " is unsigned: no negative indices)");
-  index_error(op, ": IndicesTensor value ", value, " at position ", py_tuple(pos),
-              " is out of range for ", lay.dim_name(j, input_rank), " of size ", size,
-              "; valid range ", valid, neg);
+      : fill(msg::index_unsigned, {{"dtype", kind == kU32 ? "torch.uint32" : "torch.uint64"}});
+  index_error(fill(msg::index_range, {{"op", op}, {"value", value}, {"position", py_tuple(pos)},
+                                      {"dim", lay.dim_name(j, input_rank)}, {"size", size},
+                                      {"valid", valid}, {"unsigned", neg}}));
 }
 
 }  // namespace tdo

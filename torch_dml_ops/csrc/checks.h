@@ -1,6 +1,7 @@
 // The C++ kernels' own checks: every rule the Python validation layer (torch_dml_ops/_checks.py)
 // enforces, with the same messages, so that a kernel called from C++ or through torch.ops with
-// any arguments raises a clear error and never reads or writes out of bounds.
+// any arguments raises a clear error and never reads or writes out of bounds.  The rules' tables
+// and messages come from torch_dml_ops/_data.py (tdo_data.inc: msg::*, filled by fill()).
 #pragma once
 
 #include <initializer_list>
@@ -13,13 +14,20 @@ namespace tdo {
 // Feature levels (torch_dml_ops/_levels.py)
 // ------------------------------------------------------------------------------------------
 
-enum class Level { L2_1 = 0, L3_0 = 1, L3_1 = 2, Permissive = 3 };
+// enum class Level (oldest first, then Permissive): generated from _data.FEATURE_LEVELS.
 
 // The op's feature_level argument (a canonical name), else a ValueError.
 Level parse_level(std::string_view level);
 std::string level_name(Level level);
 inline bool level_at_least(Level level, Level minimum) {
   return static_cast<int>(level) >= static_cast<int>(minimum);
+}
+
+// "int64, int32": the dtypes as the messages list them.
+std::string dtype_list(const ScalarType* begin, const ScalarType* end);
+template <size_t N>
+std::string dtype_list(const ScalarType (&dtypes)[N]) {
+  return dtype_list(dtypes, dtypes + N);
 }
 
 void check_data_dtype(const char* op, const char* tensor_name, ScalarType dtype, Level level);

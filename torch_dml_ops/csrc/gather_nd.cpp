@@ -57,8 +57,7 @@ constexpr int64_t kStreamMinBytes = int64_t(16) << 20;
 // false (as above), and an inference tensor outside inference mode is the only refusal known.
 [[noreturn]] void refuse_write(const Tensor& out, bool neg) {
   if (neg || call_bool("aten::is_inference", out))
-    runtime_error(kOp, ": OutputTensor (out) is an inference tensor; Inplace update to inference "
-                  "tensor outside InferenceMode is not allowed");
+    runtime_error(fill(msg::inference, {{"op", kOp}, {"name", "OutputTensor (out)"}}));
   runtime_error(kOp, ": OutputTensor (out) cannot be written in place (torch refused to record "
                 "the write on its version counter)");
 }
@@ -162,17 +161,16 @@ void check_gather(const Tensor& input, const Tensor& indices, int64_t batch_dims
   if (level != Level::Permissive) {
     if (lay.dml_form)
       check_dml_dimension_count(kOp, {"InputTensor", "IndicesTensor"},
-                                {input.dim(), indices.dim()}, level, Level::L3_0);
+                                {input.dim(), indices.dim()}, level, kFullRankFrom_gather_nd);
     else
       check_natural_ranks(kOp, {"InputTensor", "IndicesTensor", "OutputTensor"},
                           {input.dim(), indices.dim(), static_cast<int64_t>(lay.out_shape.size())},
-                          level, Level::L3_0);
+                          level, kFullRankFrom_gather_nd);
     // spec DML_GATHER_ND.md Remarks: BatchDimensionCount belongs to DML_GATHER_ND1.
-    if (batch_dims != 0 && !level_at_least(level, Level::L3_0))
-      value_error(kOp, ": batch_dims=", batch_dims,
-                  " needs DML_OPERATOR_GATHER_ND1 (BatchDimensionCount), introduced in "
-                  "DML_FEATURE_LEVEL_3_0; the active level is ",
-                  level_name(level));
+    if (batch_dims != 0 && !level_at_least(level, kBatchDimsFrom))
+      value_error(fill(msg::batch_dims_level, {{"op", kOp}, {"batch_dims", batch_dims},
+                                               {"since", level_name(kBatchDimsFrom)},
+                                               {"level", level_name(level)}}));
   }
   plan_from_layout(lay, p);
 }
@@ -838,9 +836,8 @@ Tensor gather_nd_backward(Tensor grad, Tensor indices, std::vector<int64_t> inde
   try {
     out = new_output(g, input_shape, dtype);
   } catch (const std::exception&) {  // the stable ABI's message names only the shim call
-    runtime_error(kBackwardOp, ": cannot allocate the input gradient of shape ",
-                  py_tuple(input_shape), " and dtype ", dtype_name(dtype),
-                  " (index_sizes and grad's batch and trailing dimensions)");
+    runtime_error(fill(msg::grad_alloc, {{"op", kBackwardOp}, {"shape", py_tuple(input_shape)},
+                                         {"dtype", dtype_name(dtype)}}));
   }
   Backward w;
   w.out = static_cast<char*>(out.data_ptr());

@@ -63,9 +63,15 @@ constexpr int64_t kSmallScatter = 16384;
 // Up to this many tuples, the row numbers live on the stack (no heap allocation on a small call).
 constexpr int64_t kStackRows = 256;
 
-// REDUCTIONS of the Python layer, in its order.
+// The reductions, in the order of kReductionNames (generated from _data.REDUCTIONS).
 enum Reduction { kNone = 0, kAdd, kMul, kMax, kMin };
-constexpr const char* kReductionNames[] = {"none", "add", "mul", "max", "min"};
+constexpr bool same(const char* a, const char* b) {
+  return *a == *b && (*a == 0 || same(a + 1, b + 1));
+}
+static_assert(std::size(kReductionNames) == 5 && same(kReductionNames[kNone], "none") &&
+                  same(kReductionNames[kAdd], "add") && same(kReductionNames[kMul], "mul") &&
+                  same(kReductionNames[kMax], "max") && same(kReductionNames[kMin], "min"),
+              "_data.REDUCTIONS and enum Reduction disagree");
 
 using IntRef = torch::headeronly::IntHeaderOnlyArrayRef;
 
@@ -161,7 +167,7 @@ bool fast_plan(IntRef is, IntRef xs, IntRef us, Plan& p) {
 }
 
 int parse_reduction(std::string_view reduction) {
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < static_cast<int>(std::size(kReductionNames)); i++)
     if (reduction == kReductionNames[i]) return i;
   return -1;
 }
@@ -181,15 +187,19 @@ Reduction check_scatter(const char* op, const Tensor& input, const Tensor& indic
                            {"UpdatesTensor", &updates}});
   const Level level = parse_level(feature_level);
   const int red = parse_reduction(reduction);
-  if (red < 0)
-    value_error(op, ": reduction must be one of 'none', 'add', 'mul', 'max', 'min', got ",
-                py_repr(reduction));
+  if (red < 0) {
+    std::string choices;
+    for (const char* name : kReductionNames)
+      choices += cat(choices.empty() ? "" : ", ", py_repr(name));
+    value_error(fill(msg::reduction_choice,
+                     {{"op", op}, {"choices", choices}, {"reduction", py_repr(reduction)}}));
+  }
   const ScalarType dtype = input.scalar_type();
   check_data_dtype(op, "InputTensor", dtype, level);
   // spec DML_SCATTER_ND.md "Tensor constraints": Input, Output and Updates share one DataType.
   if (raw_dtype(updates) != raw_dtype(input))
-    value_error(op, ": UpdatesTensor has dtype ", dtype_name(updates.scalar_type()),
-                " but InputTensor has ", dtype_name(dtype), "; they must have the same DataType");
+    value_error(fill(msg::updates_dtype, {{"op", op}, {"dtype", dtype_name(updates.scalar_type())},
+                                          {"input_dtype", dtype_name(dtype)}}));
   const ScalarType index_dtype = indices.scalar_type();
   check_index_dtype(op, "IndicesTensor", index_dtype, level);
   p.dtype = dtype;
@@ -204,31 +214,32 @@ Reduction check_scatter(const char* op, const Tensor& input, const Tensor& indic
                                          input_dimension_count, indices_dimension_count,
                                          "UpdatesTensor", 0);
   if (lay.dml_form && updates.dim() != input.dim())
-    value_error(op, ": in the DML form UpdatesTensor.DimensionCount must equal "
-                "InputTensor.DimensionCount (",
-                input.dim(), "), got ", updates.dim());
+    value_error(fill(msg::dml_rank_equal, {{"op", op}, {"name", "UpdatesTensor"},
+                                           {"first", "InputTensor"}, {"rank", input.dim()},
+                                           {"got", updates.dim()}}));
   // spec DML_SCATTER_ND.md UpdatesTensor: Sizes = indices' leading segment + input's trailing
   // segment (spec README 1: the segment after the indexed dimensions), right-aligned.
   if (shape_of(updates) != lay.out_shape) {
     const Shape& nx = lay.natural_indices_shape;
     const Shape& ni = lay.natural_input_shape;
-    value_error(op, ": UpdatesTensor must have sizes ", py_tuple(lay.out_shape),
-                " (IndicesTensor's leading ", py_tuple(Shape(nx.begin(), nx.end() - 1)),
-                " + InputTensor's trailing ", py_tuple(Shape(ni.begin() + lay.k, ni.end())),
-                "), got ", py_tuple(updates.sizes()));
+    value_error(fill(msg::updates_shape,
+                     {{"op", op}, {"want", py_tuple(lay.out_shape)},
+                      {"leading", py_tuple(Shape(nx.begin(), nx.end() - 1))},
+                      {"trailing", py_tuple(Shape(ni.begin() + lay.k, ni.end()))},
+                      {"got", py_tuple(updates.sizes())}}));
   }
   if (level != Level::Permissive) {
     if (lay.dml_form)
       check_dml_dimension_count(op, {"InputTensor", "IndicesTensor", "UpdatesTensor"},
-                                {input.dim(), indices.dim(), updates.dim()}, level, Level::L3_0);
+                                {input.dim(), indices.dim(), updates.dim()}, level,
+                                kFullRankFrom_scatter_nd);
     else
       check_natural_ranks(op, {"InputTensor", "IndicesTensor", "UpdatesTensor"},
-                          {input.dim(), indices.dim(), updates.dim()}, level, Level::L3_0);
+                          {input.dim(), indices.dim(), updates.dim()}, level,
+                          kFullRankFrom_scatter_nd);
     if (red != kNone)
-      value_error(op, ": reduction=", py_repr(reduction),
-                  " is an ONNX ScatterND-18 extension; DML_OPERATOR_SCATTER_ND only overwrites, "
-                  "so at ",
-                  level_name(level), " the reduction must be 'none'");
+      value_error(fill(msg::reduction_level, {{"op", op}, {"reduction", py_repr(reduction)},
+                                              {"level", level_name(level)}}));
   }
   plan_from_layout(lay, p);
   return static_cast<Reduction>(red);

@@ -1447,9 +1447,11 @@ int64_t check_args(const Tensor& input, int64_t k, int64_t axis, const std::stri
                    ScalarType index_dtype, std::string_view feature_level) {
   constexpr const char* op = "top_k1";
   const Level level = parse_level(feature_level);
-  if (direction != "decreasing" && direction != "increasing")
-    value_error(op, ": direction (AxisDirection) must be 'decreasing' or 'increasing', got ",
-                py_repr(direction));
+  if (direction != kDirectionNames[0] && direction != kDirectionNames[1])
+    value_error(fill(msg::direction_choice,
+                     {{"op", op}, {"direction", py_repr(direction)},
+                      {"choices", cat(py_repr(kDirectionNames[0]), " or ",
+                                      py_repr(kDirectionNames[1]))}}));
   check_data_dtype(op, "InputTensor", input.scalar_type(), level);
   int64_t top;  // the largest index the index dtype holds
   switch (index_dtype) {
@@ -1457,35 +1459,29 @@ int64_t check_args(const Tensor& input, int64_t k, int64_t axis, const std::stri
     case ScalarType::Int: top = INT32_MAX; break;
     case ScalarType::UInt32: top = UINT32_MAX; break;
     default:
-      value_error(op, ": index_dtype (OutputIndexTensor) must be one of int64, int32, uint32, got ",
-                  dtype_name(index_dtype));
+      value_error(fill(msg::topk_index_dtype, {{"op", op}, {"supported", dtype_list(kTopkIndexDtypes)},
+                                               {"index_dtype", dtype_name(index_dtype)}}));
   }
   const Shape shape = shape_of(input);
   const int64_t r = static_cast<int64_t>(shape.size());
-  if (r < 1)
-    value_error(op, ": InputTensor must have at least 1 dimension, got shape ", py_tuple(shape));
-  // spec DML_TOP_K1.md Axis: "must be less than the DimensionCount of the InputTensor"
-  // (negative axes count from the end, as in torch).
+  if (r < 1) value_error(fill(msg::input_rank, {{"op", op}, {"shape", py_tuple(shape)}}));
   if (!(-r <= axis && axis < r))
-    index_error(op, ": Axis ", axis, " is out of range for InputTensor with ", r,
-                " dimensions (expected in [", -r, ", ", r - 1, "])");
+    index_error(fill(msg::topk_axis,
+                     {{"op", op}, {"axis", axis}, {"rank", r}, {"lo", -r}, {"hi", r - 1}}));
   const int64_t ax = axis < 0 ? axis + r : axis;
   const int64_t n = shape[ax];
-  // spec DML_TOP_K1.md K: greater than 0; spec README 4: K equal to the size is allowed.
   if (!(1 <= k && k <= n))
-    value_error(op, ": K must be in [1, ", n, "] (InputTensor size along Axis ", ax, "), got ", k);
+    value_error(fill(msg::topk_k, {{"op", op}, {"n", n}, {"axis", ax}, {"k", k}}));
   // Every index along the axis must be representable in the OutputIndexTensor's type.
   if (n - 1 > top)
-    value_error(op, ": InputTensor has size ", n, " along Axis ", ax,
-                ", but OutputIndexTensor's type ", dtype_name(index_dtype),
-                " holds indices up to ", top,
-                "; use index_dtype=torch.int64 for an axis longer than ", top + 1);
+    value_error(fill(msg::topk_index_limit,
+                     {{"op", op}, {"n", n}, {"axis", ax}, {"index_dtype", dtype_name(index_dtype)},
+                      {"top", top}, {"limit", static_cast<uint64_t>(top) + 1}}));
   if (level != Level::Permissive) {
-    check_natural_ranks(op, {"InputTensor"}, {r}, level, Level::L3_1);
+    check_natural_ranks(op, {"InputTensor"}, {r}, level, kFullRankFrom_top_k1);
     if (index_dtype != ScalarType::UInt32)
-      value_error(op, ": OutputIndexTensor is UINT32 in DirectML, but index_dtype is ",
-                  dtype_name(index_dtype), " at ", level_name(level),
-                  "; pass index_dtype=torch.uint32");
+      value_error(fill(msg::topk_index_level, {{"op", op}, {"index_dtype", dtype_name(index_dtype)},
+                                               {"level", level_name(level)}}));
   }
   return ax;
 }
@@ -1516,7 +1512,7 @@ std::tuple<Tensor, Tensor> top_k1(Tensor input, int64_t k, int64_t axis, StrArg 
   // axis moved last (torch's transposing copy beats strided reads along the axis).
   if (inner != 1 || !x.is_contiguous()) x = torch::stable::contiguous(movedim(x, ax, -1));
   const int64_t rows = x.numel() / n;
-  const bool largest = direction.value == "decreasing";
+  const bool largest = direction.value == kDirectionNames[0];  // "decreasing"
   if (x.element_size() == 8 || n >= kNarrowRowLimit)
     run_top_k1<uint64_t>(x, rows, n, inner, k, largest, key64_for(dtype), values,
                          indices, idt);

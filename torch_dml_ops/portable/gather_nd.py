@@ -7,6 +7,7 @@ from typing import Optional
 import torch
 
 from .._checks import check_gather_nd, check_out, check_storages, resolved, written
+from .._errors import message
 from .._forms import GatherLayout, backward_layout
 from .._tables import SIGNED_INDEX_DTYPES, bits_view
 from ._common import (as_movable, check_and_wrap_plan, in_range, index_matrix, linear_rows,
@@ -220,9 +221,8 @@ def gather_nd_backward(grad, indices, index_sizes, batch_dims, input_dimension_c
     try:
         grad_in = torch.zeros(lay.rows, lay.slice_len, dtype=grad.dtype, device=grad.device)
     except RuntimeError as e:
-        raise RuntimeError(f"{op}: cannot allocate the input gradient of shape "
-                           f"{tuple(input_shape)} and dtype {grad.dtype} (index_sizes and "
-                           f"grad's batch and trailing dimensions): {e}") from None
+        raise RuntimeError(message("grad_alloc", op=op, shape=tuple(input_shape),
+                                   dtype=grad.dtype) + f": {e}") from None
     indices, grad = resolved(indices), resolved(grad)
     if lay.n_tuples:
         signed = indices.dtype in SIGNED_INDEX_DTYPES
