@@ -2,8 +2,9 @@
 #include "checks.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <array>
+#include <cstdlib>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>

@@ -38,6 +38,7 @@
 
 #include <array>
 #include <cmath>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <type_traits>
