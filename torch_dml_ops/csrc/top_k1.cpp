@@ -1196,9 +1196,10 @@ struct TopK {
       if (have && floor != before) vfloor = native_floor<V, Inc>(p, buf);
       return true;
     };
+    // What a value must reach to be offered: the bound, or the floor once that is higher.
+    const auto threshold = [&](V bound) { return have && vfloor > bound ? vfloor : bound; };
     // The second pass over [b, b + len), whose words' maxima wm the first pass wrote (see
-    // nat_lanes): only the words whose maximum reaches the threshold (the bound, or the floor
-    // once it is higher) are compared, in order, each with the threshold as it has risen
+    // nat_lanes): only the words whose maximum reaches the threshold are compared, in order, each with the threshold as it has risen
     // (32x50257, k = 50: about 52 of 786 words).  pf (unless null): the same span of a later
     // row, prefetched up to each visited word as the pass goes, the rest at the end.  False
     // when no key can be greater.
@@ -1210,11 +1211,10 @@ struct TopK {
       };
       for (int64_t w0 = 0; w0 < nw; w0 += 64) {
         uint64_t sel;
-        nf.masks(wm + w0, std::min<int64_t>(64, nw - w0), have && vfloor > bound ? vfloor : bound,
-                 &sel, nullptr);
+        nf.masks(wm + w0, std::min<int64_t>(64, nw - w0), threshold(bound), &sel, nullptr);
         for (; sel; sel &= sel - 1) {
           const int64_t w = w0 + __builtin_ctzll(sel);
-          const V t = have && vfloor > bound ? vfloor : bound;
+          const V t = threshold(bound);
           if (nat_tr<V, Inc>(wm[w]) < t) continue;  // the threshold rose past it
           fetch_to(w + 1);
           uint64_t bits;
@@ -1274,7 +1274,7 @@ struct TopK {
         // the masks a chunk at a time: one word without a bound, else kChunk
         for (int64_t c = 0, cl; c < len; c += cl) {
           cl = std::min(len - c, bound != nat_lowest<V>() ? kChunk : int64_t(64));
-          nf.masks(p + s + c, cl, have && vfloor > bound ? vfloor : bound, words,
+          nf.masks(p + s + c, cl, threshold(bound), words,
                    pf ? pf + (s + c) * sizeof(V) : nullptr);
           for (int64_t w = 0; w * 64 < cl; w++)
             for (uint64_t b = words[w]; b; b &= b - 1)
