@@ -20,7 +20,7 @@ from typing import Callable, Dict, Optional, Sequence, cast
 
 import torch
 
-from . import _data
+from . import _compat, _data
 from ._data import BATCH_DIMS_FROM, FULL_RANK, FULL_RANK_FROM, OLD_RANK
 from ._errors import (ConstraintError, ConstraintIndexError, ConstraintTypeError,
                       MemoryOverlapError, message)
@@ -283,15 +283,12 @@ def written(t: torch.Tensor) -> None:
         torch.autograd.graph.increment_version(t)
 
 
-_TORCH_OVERLAP = getattr(torch, "_debug_has_internal_overlap", None)
-
-
 def has_internal_overlap(t: torch.Tensor) -> bool:
     """Whether two elements of ``t`` share a memory location (exact for every layout)."""
     if t.is_contiguous() or t.numel() <= 1:
         return False
-    if _TORCH_OVERLAP is not None:
-        verdict = _TORCH_OVERLAP(t)      # torch's own test: 0 no, 1 yes, 2 too hard to tell
+    if _compat.debug_has_internal_overlap is not None:
+        verdict = _compat.debug_has_internal_overlap(t)  # 0 no, 1 yes, 2 too hard to tell
         if verdict != 2:
             return verdict == 1
     dims = sorted((abs(st), sz) for sz, st in zip(t.shape, t.stride()) if sz > 1)

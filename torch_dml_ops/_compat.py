@@ -270,3 +270,11 @@ def function_applier(function: "type[torch.autograd.Function]", n_tensors: int):
     def run(*args):
         return apply(*[unwrap(t) for t in args[:n_tensors]], *args[n_tensors:])
     return run
+
+
+# ---- memory overlap ----------------------------------------------------------------------------
+#: torch's own internal-overlap test (0 no, 1 yes, 2 too hard to tell), for an out= or in-place
+#: target the Python backends write: one C++ call where the pure-Python test sorts the strides.
+#: None where torch lacks it (_checks.has_internal_overlap then runs its own test).
+debug_has_internal_overlap: Optional[Callable[[torch.Tensor], int]] = _lookup(
+    "_debug_has_internal_overlap")
