@@ -5,7 +5,8 @@ word and lane sizes, k around the min/max network, the sorted/buffered switch an
 bound, rows that take the two-pass bound (more than one block, at most kTwoPassMax; from
 kWordPassMin elements with the word pass, whose last word may be short), NaN in a later block
 (the native pass hands such a block to the key pass; a two-pass row goes back to one pass),
-+-0.0, +-inf, ties, denormals with flush-to-zero on."""
++-0.0, +-inf, ties, denormals with flush-to-zero on, and rows that defeat the two-pass bound's
+sample (its fallback to every group maximum)."""
 import os
 import subprocess
 import sys
@@ -86,6 +87,25 @@ for n, rows in [(1, 3), (15, 4), (16, 4), (17, 4), (63, 2), (64, 2), (65, 2), (2
                         np.testing.assert_array_equal(i.numpy(), wi, err_msg=str(where))
                         np.testing.assert_array_equal(to_bits(v), wb, err_msg=str(where))
                         cases += 1
+
+# The two-pass bound's sampled selection (kth_largest: every 8th group maximum, lanes 0 and 8 of
+# each word or block): rows whose sampled lanes are shifted up (the sample's bound then sits
+# above all but a few groups: the fallback to every group) or down (it lets most groups through).
+for n, ks in [(1024, (32, 64)), (20000, (50, 100))]:
+    for dtype in (torch.float32, torch.int32):
+        for shift in (10, -10):
+            x = torch.randn(3, n, dtype=torch.float64) * 2
+            lanes = torch.arange(n) % 16
+            x[:, (lanes == 0) | (lanes == 8)] += shift
+            x = x.to(dtype) if dtype.is_floating_point else (x * 100).round().to(dtype)
+            for k in ks:
+                for direction in ("decreasing", "increasing"):
+                    v, i = tdo.top_k1(x, k, -1, direction)
+                    wb, wi = top_k1_ref(x, k, 1, direction == "decreasing")
+                    where = (want, "sampled bound", n, str(dtype), shift, k, direction)
+                    np.testing.assert_array_equal(i.numpy(), wi, err_msg=str(where))
+                    np.testing.assert_array_equal(to_bits(v), wb, err_msg=str(where))
+                    cases += 1
 print("cases", cases)
 """
 

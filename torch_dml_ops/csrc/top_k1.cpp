@@ -382,6 +382,37 @@ constexpr V nat_lowest() {
   else return std::numeric_limits<V>::min();
 }
 
+// The k-th largest of g[0, ng), ng at most kTwoPassMax / KB * L (g may be reordered): the
+// two-pass bound of a span from its group maxima.  std::nth_element alone mispredicts a branch
+// for every few values (393 values, k = 50: ~3 us of a ~13 us row of 50,257).  So a sample
+// first: every 8th value; its (k/8 + 2 + sqrt(k/8))-th largest, t, is below the k-th largest
+// of all but rarely (3% of such rows), and nth_element then runs on the ~1.5 k values that
+// reach t, or on all of g when fewer than k do.  About 2x faster for k >= 16, measured.
+template <class V>
+V kth_largest(V* g, int64_t ng, int64_t k) {
+  constexpr int64_t S = 8, kMax = kTwoPassMax / KB * L;
+  const int64_t ns = (ng + S - 1) / S;
+  int64_t r = k / S + 2;
+  while ((r - k / S - 2) * (r - k / S - 2) < k / S) r++;  // + ceil(sqrt(k / S))
+  if (k >= 2 * S && r <= ns) {
+    V sample[kMax / S], top[kMax];
+    for (int64_t i = 0; i < ns; i++) sample[i] = g[i * S];
+    std::nth_element(sample, sample + r - 1, sample + ns, std::greater<V>());
+    const V t = sample[r - 1];
+    int64_t m = 0;
+    for (int64_t i = 0; i < ng; i++) {  // branch-free: the values that reach t
+      top[m] = g[i];
+      m += g[i] >= t;
+    }
+    if (m >= k) {
+      std::nth_element(top, top + k - 1, top + m, std::greater<V>());
+      return top[k - 1];
+    }
+  }
+  std::nth_element(g, g + k - 1, g + ng, std::greater<V>());
+  return g[k - 1];
+}
+
 // words[w] bit b = transformed p[64 w + b] >= t, for j < len (bits at or beyond len are 0).
 template <class V, bool Inc>
 [[gnu::always_inline]] inline void nat_masks_tail(const V* p, int64_t from, int64_t len, V t,
@@ -1254,12 +1285,12 @@ struct TopK {
                       : nf.lanes(p + s, len, g + ng, nullptr);
       }
       if (ok) {
-        std::nth_element(g, g + k - 1, g + ng, std::greater<V>());
+        const V bound = kth_largest(g, ng, k);
         if (by_words) {
-          if (!words_pass(s0, s1 - s0, wm, g[k - 1])) return m;
+          if (!words_pass(s0, s1 - s0, wm, bound)) return m;
           pos = s1;
         } else {
-          vfloor = g[k - 1];  // the filtering pass below, from s0
+          vfloor = bound;  // the filtering pass below, from s0
         }
         bounded = true;
       }
