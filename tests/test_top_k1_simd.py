@@ -5,8 +5,9 @@ word and lane sizes, k around the min/max network, the sorted/buffered switch an
 bound, rows that take the two-pass bound (more than one block, at most kTwoPassMax; from
 kWordPassMin elements with the word pass, whose last word may be short), NaN in a later block
 (the native pass hands such a block to the key pass; a two-pass row goes back to one pass),
-+-0.0, +-inf, ties, denormals with flush-to-zero on, and rows that defeat the two-pass bound's
-sample (its fallback to every group maximum)."""
++-0.0, +-inf, ties, denormals with flush-to-zero on, rows that defeat the two-pass bound's
+sample (its fallback to every group maximum), and many rows on one thread for the guessed pass
+(rows alike, jumping, alternating, equal, ties, NaN/inf late)."""
 import os
 import subprocess
 import sys
@@ -103,6 +104,51 @@ for n, ks in [(1024, (32, 64)), (20000, (50, 100))]:
                     v, i = tdo.top_k1(x, k, -1, direction)
                     wb, wi = top_k1_ref(x, k, 1, direction == "decreasing")
                     where = (want, "sampled bound", n, str(dtype), shift, k, direction)
+                    np.testing.assert_array_equal(i.numpy(), wi, err_msg=str(where))
+                    np.testing.assert_array_equal(to_bits(v), wb, err_msg=str(where))
+                    cases += 1
+# The guessed pass (scan_guess): many rows of one call on one thread, each row's threshold
+# guessed from the row before.  Rows that stay alike (the guess holds), whose scale jumps up
+# (the guess is too high: fewer than k reach it) or down (too low: more candidates than it
+# takes), all-equal rows (every element reaches the guess), rows of ties, NaN/inf rows after
+# the guess is made, tails (rows not a multiple of 64), both directions, k up to the network's
+# 16 (and 17: not taken); then rows that keep defeating the guess (the part stops guessing).
+torch.set_num_threads(1)
+def guessed_rows(n, rows, dtype, kind):
+    x = torch.randn(rows, n, dtype=torch.float64)
+    if kind == "jumps":
+        x = x * torch.tensor([10.0 ** rng.randint(-3, 3) for _ in range(rows)])[:, None]
+        x = x + torch.tensor([rng.choice([0.0, 0.0, 50.0, -50.0]) for _ in range(rows)])[:, None]
+    if kind == "alternate":
+        x = x + torch.tensor([(-1) ** r * 100.0 for r in range(rows)])[:, None]
+    if kind == "equal":
+        x[rows // 3 : rows // 2] = 1.0
+        x[rows // 2 : rows // 2 + 2] = -2.0
+    if kind == "ties":
+        x = (x * 2).round()
+    if dtype == torch.int32:
+        return (x * 1000).round().clamp(-2**31, 2**31 - 1).to(torch.int32)
+    x = x.to(dtype)
+    if kind == "special":
+        for r in range(rows // 2, rows, 3):
+            for _ in range(rng.randint(1, 12)):
+                x[r, rng.randrange(n)] = rng.choice(SPECIAL)
+        x[rows - 2] = float("nan")
+        x[rows - 1, : n // 2] = -float("inf")
+    return x
+
+torch.manual_seed(99)
+for n in (256, 300, 1024, 1041):
+    for dtype in (torch.float32, torch.int32):
+        for kind in ("alike", "jumps", "alternate", "equal", "ties", "special"):
+            if kind == "special" and dtype == torch.int32:
+                continue
+            x = guessed_rows(n, 48, dtype, kind)
+            for k in (2, 8, 9, 16, 17):
+                for direction in ("decreasing", "increasing"):
+                    v, i = tdo.top_k1(x, k, -1, direction)
+                    wb, wi = top_k1_ref(x, k, 1, direction == "decreasing")
+                    where = (want, "guessed", n, str(dtype), kind, k, direction)
                     np.testing.assert_array_equal(i.numpy(), wi, err_msg=str(where))
                     np.testing.assert_array_equal(to_bits(v), wb, err_msg=str(where))
                     cases += 1
