@@ -1144,8 +1144,9 @@ def test_gather_matches_portable_layouts(both, num_threads, dev):
 
 @over_backends("", [()], only=("native",))
 def test_gather_large_rows_streaming_stores(any_backend):
-    """Outputs of 16 MB and more are written with non-temporal stores (16-byte aligned rows), a
-    misaligned out= falls back to plain copies: both exact."""
+    """Outputs of 16 MB and more are written with non-temporal stores (16-byte aligned rows; on
+    CPUs where they pay: not AMD's, gather_nd.cpp streaming_pays), a misaligned out= falls back
+    to plain copies: both exact."""
     cpp_covers(any_backend, "gather_nd", "gather_nd_out")
     x = make_data((600, 1024), torch.float32)
     i = make_indices((4200,), (600,), torch.int64, negative=True)

@@ -61,6 +61,16 @@ def data(n, rows, dtype, kind):
     return torch.randint(lo, span, (rows, n), dtype=torch.int64).to(dtype)
 
 cases = 0
+def check(x, k, direction, where, flush=False):
+    global cases
+    torch.set_flush_denormal(flush)
+    v, i = tdo.top_k1(x, k, -1, direction)
+    torch.set_flush_denormal(False)
+    wb, wi = top_k1_ref(x, k, 1, direction == "decreasing")
+    np.testing.assert_array_equal(i.numpy(), wi, err_msg=str((want,) + where))
+    np.testing.assert_array_equal(to_bits(v), wb, err_msg=str((want,) + where))
+    cases += 1
+
 for n, rows in [(1, 3), (15, 4), (16, 4), (17, 4), (63, 2), (64, 2), (65, 2), (255, 2), (256, 2),
                 (257, 2), (1024, 3), (2047, 1), (2048, 1), (2049, 1), (4097, 2), (5000, 1),
                 (9000, 1), (65536, 1), (70000, 1)]:
@@ -80,14 +90,8 @@ for n, rows in [(1, 3), (15, 4), (16, 4), (17, 4), (63, 2), (64, 2), (65, 2), (2
             for k in ks:
                 for direction in ("decreasing", "increasing"):
                     for flush in ((False, True) if kind == "denormal" else (False,)):
-                        torch.set_flush_denormal(flush)
-                        v, i = tdo.top_k1(x, k, -1, direction)
-                        torch.set_flush_denormal(False)
-                        wb, wi = top_k1_ref(x, k, 1, direction == "decreasing")
-                        where = (want, n, rows, str(dtype), kind, k, direction, flush)
-                        np.testing.assert_array_equal(i.numpy(), wi, err_msg=str(where))
-                        np.testing.assert_array_equal(to_bits(v), wb, err_msg=str(where))
-                        cases += 1
+                        check(x, k, direction, (n, rows, str(dtype), kind, k, direction, flush),
+                              flush)
 
 # The two-pass bound's sampled selection (kth_largest: every 8th group maximum, lanes 0 and 8 of
 # each word or block): rows whose sampled lanes are shifted up (the sample's bound then sits
@@ -101,12 +105,7 @@ for n, ks in [(1024, (32, 64)), (20000, (50, 100))]:
             x = x.to(dtype) if dtype.is_floating_point else (x * 100).round().to(dtype)
             for k in ks:
                 for direction in ("decreasing", "increasing"):
-                    v, i = tdo.top_k1(x, k, -1, direction)
-                    wb, wi = top_k1_ref(x, k, 1, direction == "decreasing")
-                    where = (want, "sampled bound", n, str(dtype), shift, k, direction)
-                    np.testing.assert_array_equal(i.numpy(), wi, err_msg=str(where))
-                    np.testing.assert_array_equal(to_bits(v), wb, err_msg=str(where))
-                    cases += 1
+                    check(x, k, direction, ("sampled bound", n, str(dtype), shift, k, direction))
 # The guessed pass (scan_guess): many rows of one call on one thread, each row's threshold
 # guessed from the row before.  Rows that stay alike (the guess holds), whose scale jumps up
 # (the guess is too high: fewer than k reach it) or down (too low: more candidates than it
@@ -146,12 +145,7 @@ for n in (256, 300, 1024, 1041):
             x = guessed_rows(n, 48, dtype, kind)
             for k in (2, 8, 9, 16, 17):
                 for direction in ("decreasing", "increasing"):
-                    v, i = tdo.top_k1(x, k, -1, direction)
-                    wb, wi = top_k1_ref(x, k, 1, direction == "decreasing")
-                    where = (want, "guessed", n, str(dtype), kind, k, direction)
-                    np.testing.assert_array_equal(i.numpy(), wi, err_msg=str(where))
-                    np.testing.assert_array_equal(to_bits(v), wb, err_msg=str(where))
-                    cases += 1
+                    check(x, k, direction, ("guessed", n, str(dtype), kind, k, direction))
 print("cases", cases)
 """
 
