@@ -145,6 +145,19 @@ def test_summary_and_scoreboard():
                      "(2.00x torch take)"]
 
 
+def test_scoreboard_gives_ours_over_the_yardstick():
+    """A case that times a yardstick (top-k: one read of its input) gets ours ÷ it, in the
+    scoreboard and per case; a case without one is not listed."""
+    rows = _rows_for_plot()
+    rows.append(core.Row("gather_nd", "element 1024", "one read", "yardstick", "torch",
+                         median_s=(1 << 10) * 0.4e-8, q1_s=0.0, q3_s=0.0, large=True))
+    assert report.yardstick_ratios(rows, "gather_nd") == [("element 1024", pytest.approx(2.5))]
+    assert report.scoreboard(rows)[1] == ("gather_nd: ours ÷ yardstick, every case that has one: "
+                                          "element 1024 2.50x")
+    tk = [c for c in cases.top_k1_cases(series_sizes=()) if c.name.startswith("4096x1024 k=8")]
+    assert tk and all(any(p.kind == "yardstick" for p in c.providers) for c in tk)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
 def test_plot_writes_png(tmp_path):
     path = tmp_path / "p.png"

@@ -206,6 +206,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows.extend(case_rows)
         v = _report.verdict(case_rows)
         ratio = "" if v["ratio"] is None else f" ours ÷ best other {v['ratio']:.2f} ({v['place']})"
+        ratio += "".join(f", ÷ yardstick {r:.2f}" for _, r in _report.yardstick_ratios(case_rows,
+                                                                                   case.op))
         bad = [r.provider for r in case_rows if r.error]
         print(f" {time.perf_counter() - t0:.1f} s{ratio}"
               + (f"  [not timed: {', '.join(bad)}]" if bad else "")

@@ -364,6 +364,8 @@ def _topk_case(shape, k, largest, device, peers: PeerHook, ties=0, series="", si
     ps = _backend_variants(device, "tdo.top_k1", _tk_ours) + [
         Provider("torch.topk", _tk_topk),
         Provider("torch.sort(stable)+slice", _tk_sort),
+        # a top-k cannot be faster than one read of its input
+        Provider("one read (x.amax(-1))", lambda d: d["x"].amax(-1), kind="yardstick"),
     ] + peers("top_k1", {"largest": largest})
     return Case("top_k1", name, topk_inputs(shape, k, largest, ties, device), ps,
                 reference=ps[0].name, series=series, size=size, ideal_bytes=_topk_ideal,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import asdict
-from typing import Any, Dict, List, Optional, Sequence, cast
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 from .core import TIE_ORDER, Row
 
@@ -141,6 +141,22 @@ def scoreboard(rows: Sequence[Row]) -> List[str]:
                 behind.append(f"{case} ({v['ratio']:.2f}x {v['best'].provider})")
         line = f"{op}: large cases first {first}, tied {tied}, behind {len(behind)}"
         out.append(line + (": " + "; ".join(behind) if behind else ""))
+        yard = yardstick_ratios(rows, op)
+        if yard:
+            out.append(f"{op}: ours ÷ yardstick, every case that has one: "
+                       + "; ".join(f"{case} {ratio:.2f}x" for case, ratio in yard))
+    return out
+
+
+def yardstick_ratios(rows: Sequence[Row], op: str) -> List[Tuple[str, float]]:
+    """(case, ours ÷ the case's yardstick) for the op's cases that time one (a floor such as
+    one read of the input)."""
+    out = []
+    for (o, case), group in by_case(rows).items():
+        ours = next((r for r in group if r.kind == "ours"), None)
+        yard = next((r for r in group if r.kind == "yardstick" and r.timed), None)
+        if o == op and ours is not None and ours.timed and yard is not None:
+            out.append((case, _median(ours) / _median(yard)))
     return out
 
 
