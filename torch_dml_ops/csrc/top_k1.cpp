@@ -1583,8 +1583,8 @@ struct TopK {
                       Guess* guess, const NatFns<V>& nf) const {
     const V* p = reinterpret_cast<const V*>(rp);
     if constexpr (std::is_same_v<CT, uint64_t>)
-      if (guess && k <= kNetMaxK && s1 - s0 >= kGuessMin && s1 - s0 <= INT32_MAX && guess->on() &&
-          scan_guess<V, D, Inc>(p + s0, s1 - s0, s0, buf, *guess, nf))
+      if (guess && k <= kNetMaxK && s1 - s0 >= kGuessMin && s1 - s0 <= INT32_MAX &&
+          guess->on() && scan_guess<V, D, Inc>(p + s0, s1 - s0, s0, buf, *guess, nf))
         return k;
     KT* lanes = kb + KB;
     V vl[L];
@@ -1609,10 +1609,10 @@ struct TopK {
     // What a value must reach to be offered: the bound, or the floor once that is higher.
     const auto threshold = [&](V bound) { return have && vfloor > bound ? vfloor : bound; };
     // The second pass over [b, b + len), whose words' maxima wm the first pass wrote (see
-    // nat_lanes): only the words whose maximum reaches the threshold are compared, in order, each with the threshold as it has risen
-    // (32x50257, k = 50: about 52 of 786 words).  pf (unless null): the same span of a later
-    // row, prefetched up to each visited word as the pass goes, the rest at the end.  False
-    // when no key can be greater.
+    // nat_lanes): only the words whose maximum reaches the threshold are compared, in order,
+    // each with the threshold as it has risen (32x50257, k = 50: about 52 of 786 words).  pf
+    // (unless null): the same span of a later row, prefetched up to each visited word as the
+    // pass goes, the rest at the end.  False when no key can be greater.
     auto words_pass = [&](int64_t b, int64_t len, const V* wm, V bound) {
       const int64_t nw = (len + 63) / 64;
       int64_t fetched = 0;  // words of pf prefetched
@@ -1878,8 +1878,9 @@ int64_t check_args(const Tensor& input, int64_t k, int64_t axis, const std::stri
     case ScalarType::Int: top = INT32_MAX; break;
     case ScalarType::UInt32: top = UINT32_MAX; break;
     default:
-      value_error(fill(msg::topk_index_dtype, {{"op", op}, {"supported", dtype_list(kTopkIndexDtypes)},
-                                               {"index_dtype", dtype_name(index_dtype)}}));
+      value_error(fill(msg::topk_index_dtype,
+                       {{"op", op}, {"supported", dtype_list(kTopkIndexDtypes)},
+                        {"index_dtype", dtype_name(index_dtype)}}));
   }
   const Shape shape = shape_of(input);
   const int64_t r = static_cast<int64_t>(shape.size());
