@@ -110,8 +110,9 @@ for n, ks in [(1024, (32, 64)), (20000, (50, 100))]:
 # guessed from the row before.  Rows that stay alike (the guess holds), whose scale jumps up
 # (the guess is too high: fewer than k reach it) or down (too low: more candidates than it
 # takes), all-equal rows (every element reaches the guess), rows of ties, NaN/inf rows after
-# the guess is made, tails (rows not a multiple of 64), both directions, k up to the network's
-# 16 (and 17: not taken); then rows that keep defeating the guess (the part stops guessing).
+# the guess is made, +-0.0 as the best, tails (rows not a multiple of 64), both directions, k up
+# to the network's 16 (and 17: not taken); then rows that keep defeating the guess (the part
+# stops guessing).
 torch.set_num_threads(1)
 def guessed_rows(n, rows, dtype, kind):
     x = torch.randn(rows, n, dtype=torch.float64)
@@ -128,6 +129,11 @@ def guessed_rows(n, rows, dtype, kind):
     if dtype == torch.int32:
         return (x * 1000).round().clamp(-2**31, 2**31 - 1).to(torch.int32)
     x = x.to(dtype)
+    if kind in ("zeros", "zeros_up"):  # the best are +0.0 and -0.0, equal (the lower index wins)
+        x = x.abs() if kind == "zeros_up" else -x.abs()
+        for r in range(rows):
+            for _ in range(rng.randint(4, 24)):
+                x[r, rng.randrange(n)] = rng.choice([0.0, -0.0])
     if kind == "special":
         for r in range(rows // 2, rows, 3):
             for _ in range(rng.randint(1, 12)):
@@ -139,8 +145,9 @@ def guessed_rows(n, rows, dtype, kind):
 torch.manual_seed(99)
 for n in (256, 300, 1024, 1041):
     for dtype in (torch.float32, torch.int32):
-        for kind in ("alike", "jumps", "alternate", "equal", "ties", "special"):
-            if kind == "special" and dtype == torch.int32:
+        for kind in ("alike", "jumps", "alternate", "equal", "ties", "special", "zeros",
+                     "zeros_up"):
+            if kind in ("special", "zeros", "zeros_up") and dtype == torch.int32:
                 continue
             x = guessed_rows(n, 48, dtype, kind)
             for k in (2, 8, 9, 16, 17):

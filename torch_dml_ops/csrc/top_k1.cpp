@@ -774,14 +774,16 @@ TDO_TARGET_AVX2 V nat_kth_avx2(const V* v, int64_t k) {
 }
 
 // The positions base + b of the set bits b of w, written to o in order: two unconditionally
-// (past the count when w has fewer: o has room), the rest (rare: a word of 64 elements holds
-// ~1 candidate) by a loop; branch-free in the usual case.
-[[gnu::always_inline]] inline void flatten_bits(uint64_t w, int64_t base, int32_t* o) {
-  o[0] = static_cast<int32_t>(base + __builtin_ctzll(w | (uint64_t(1) << 63)));
-  w &= w - 1;
-  o[1] = static_cast<int32_t>(base + __builtin_ctzll(w | (uint64_t(1) << 63)));
-  w &= w - 1;
-  for (int r = 2; w; w &= w - 1) o[r++] = static_cast<int32_t>(base + __builtin_ctzll(w));
+// (past the count when w has fewer: o has room; tzcnt of 0 is 64), the rest (rare: a word of 64
+// elements holds ~1 candidate) by a loop; branch-free in the usual case.
+TDO_TARGET_AVX2 [[gnu::always_inline]] inline void flatten_bits(uint64_t w, int64_t base,
+                                                                int32_t* o) {
+  o[0] = static_cast<int32_t>(base + static_cast<int64_t>(_tzcnt_u64(w)));
+  w = _blsr_u64(w);
+  o[1] = static_cast<int32_t>(base + static_cast<int64_t>(_tzcnt_u64(w)));
+  w = _blsr_u64(w);
+  for (int r = 2; w; w = _blsr_u64(w))
+    o[r++] = static_cast<int32_t>(base + static_cast<int64_t>(_tzcnt_u64(w)));
 }
 
 // The guessed pass over a row p[0, len) (scan_guess): in one read, the L group maxima of the
@@ -814,13 +816,14 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
     __m512 a[4];
     for (auto& v : a) v = _mm512_set1_ps(nat_lowest<float>());
     for (; j < full && cnt <= cap; j += 64) {
-      uint64_t w = 0;
+      __mmask16 m[4];
       for (int i = 0; i < 4; i++) {
         const __m512 x = _mm512_xor_ps(_mm512_loadu_ps(p + j + 16 * i), flip);
         a[i] = _mm512_max_ps(x, a[i]);
-        w |= static_cast<uint64_t>(_mm512_cmp_ps_mask(x, tv, Inc ? _CMP_GE_OQ : _CMP_NLT_UQ))
-             << (16 * i);
+        m[i] = _mm512_cmp_ps_mask(x, tv, Inc ? _CMP_GE_OQ : _CMP_NLT_UQ);
       }
+      const uint64_t w = _cvtmask64_u64(
+          _mm512_kunpackd(_mm512_kunpackw(m[3], m[2]), _mm512_kunpackw(m[1], m[0])));
       flatten_bits(w, j, idx + cnt);
       cnt += __builtin_popcountll(w);
     }
@@ -833,12 +836,14 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
     __m512i a[4];
     for (auto& v : a) v = _mm512_set1_epi32(nat_lowest<int32_t>());
     for (; j < full && cnt <= cap; j += 64) {
-      uint64_t w = 0;
+      __mmask16 m[4];
       for (int i = 0; i < 4; i++) {
         const __m512i x = _mm512_xor_si512(_mm512_loadu_si512(p + j + 16 * i), flip);
         a[i] = _mm512_max_epi32(x, a[i]);
-        w |= static_cast<uint64_t>(_mm512_cmpge_epi32_mask(x, tv)) << (16 * i);
+        m[i] = _mm512_cmpge_epi32_mask(x, tv);
       }
+      const uint64_t w = _cvtmask64_u64(
+          _mm512_kunpackd(_mm512_kunpackw(m[3], m[2]), _mm512_kunpackw(m[1], m[0])));
       flatten_bits(w, j, idx + cnt);
       cnt += __builtin_popcountll(w);
     }
@@ -860,8 +865,7 @@ TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, i
     const __m256 flip = _mm256_set1_ps(Inc ? -0.0f : 0.0f), tv = _mm256_set1_ps(t);
     __m256 a[4];  // as nat_lanes_avx2: a[0], a[2] lanes 0-7; a[1], a[3] lanes 8-15
     for (auto& v : a) v = _mm256_set1_ps(nat_lowest<float>());
-    for (; j < full; j += 64) {
-      const bool want = cnt <= cap;
+    for (; j < full && cnt <= cap; j += 64) {
       uint64_t w = 0;
       for (int i = 0; i < 8; i++) {
         const __m256 x = _mm256_xor_ps(_mm256_loadu_ps(p + j + 8 * i), flip);
@@ -870,38 +874,100 @@ TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, i
                  _mm256_movemask_ps(_mm256_cmp_ps(x, tv, Inc ? _CMP_GE_OQ : _CMP_NLT_UQ))))
              << (8 * i);
       }
-      if (want) {
-        flatten_bits(w, j, idx + cnt);
-        cnt += __builtin_popcountll(w);
-      }
+      flatten_bits(w, j, idx + cnt);
+      cnt += __builtin_popcountll(w);
     }
+    for (; j < full; j += 64)  // too many: the maxima only
+      for (int i = 0; i < 8; i++)
+        a[i % 4] = _mm256_max_ps(_mm256_xor_ps(_mm256_loadu_ps(p + j + 8 * i), flip), a[i % 4]);
     _mm256_storeu_ps(lanes, _mm256_max_ps(a[0], a[2]));
     _mm256_storeu_ps(lanes + 8, _mm256_max_ps(a[1], a[3]));
   } else {
     const __m256i flip = _mm256_set1_epi32(Inc ? -1 : 0), tv = _mm256_set1_epi32(t);
     __m256i a[4];
     for (auto& v : a) v = _mm256_set1_epi32(nat_lowest<int32_t>());
-    for (; j < full; j += 64) {
-      const bool want = cnt <= cap;
+    const __m256i* pv = reinterpret_cast<const __m256i*>(p);  // 8 elements each
+    for (; j < full && cnt <= cap; j += 64) {
       uint64_t w = 0;
       for (int i = 0; i < 8; i++) {
-        const __m256i x = _mm256_xor_si256(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j + 8 * i)), flip);
+        const __m256i x = _mm256_xor_si256(_mm256_loadu_si256(pv + j / 8 + i), flip);
         a[i % 4] = _mm256_max_epi32(x, a[i % 4]);
         // x >= t is not (t > x)
         const uint32_t lt = static_cast<uint32_t>(
             _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(tv, x))));
         w |= static_cast<uint64_t>(~lt & 0xffu) << (8 * i);
       }
-      if (want) {
-        flatten_bits(w, j, idx + cnt);
-        cnt += __builtin_popcountll(w);
-      }
+      flatten_bits(w, j, idx + cnt);
+      cnt += __builtin_popcountll(w);
     }
+    for (; j < full; j += 64)
+      for (int i = 0; i < 8; i++)
+        a[i % 4] = _mm256_max_epi32(_mm256_xor_si256(_mm256_loadu_si256(pv + j / 8 + i), flip),
+                                    a[i % 4]);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epi32(a[0], a[2]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes + 8), _mm256_max_epi32(a[1], a[3]));
   }
   return nat_guess_tail<V, Inc>(p, full, len, t, lanes, idx, cnt, cap);
+}
+
+// The composites of the c candidates p[idx[q]] of scan_guess, at row positions base + idx[q],
+// into cs (room for c rounded up to 16): cs[q] = comp(key(p[idx[q]]) ^ mask, base + idx[q]), as
+// the scalar code, with gathers.  float32 keys as FloatKey (NaN above +inf, -0.0 as +0.0).
+template <class V>
+TDO_TARGET_AVX512 void nat_compose_avx512(const V* p, const int32_t* idx, int64_t c,
+                                          uint32_t base, uint32_t mask, uint64_t* cs) {
+  const __m512i sign = _mm512_set1_epi32(INT32_MIN), mv = _mm512_set1_epi32(mask);
+  const __m512i nbase = _mm512_set1_epi32(static_cast<int32_t>(~base));
+  for (int64_t q = 0; q < c; q += 16) {
+    const __mmask16 m = c - q >= 16 ? __mmask16(0xffff) : __mmask16((1u << (c - q)) - 1);
+    const __m512i iv = _mm512_maskz_loadu_epi32(m, idx + q);
+    const __m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, iv, p, 4);
+    __m512i key = _mm512_xor_si512(x, sign);
+    if constexpr (std::is_floating_point_v<V>) {  // FloatKey<uint32_t>, vectorized
+      const __m512i a = _mm512_andnot_si512(sign, x);
+      key = _mm512_xor_si512(x, _mm512_or_si512(_mm512_srai_epi32(x, 31), sign));
+      key = _mm512_mask_mov_epi32(
+          key, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(-1));
+      key = _mm512_mask_mov_epi32(key, _mm512_testn_epi32_mask(a, a), sign);
+    }
+    key = _mm512_xor_si512(key, mv);
+    const __m512i ix = _mm512_sub_epi32(nbase, iv);  // ~(base + i)
+    // (entries 0-7: the interleave within 128-bit lanes gives 0, 1, 4, 5, 8, 9, 12, 13 and 2,
+    // 3, 6, 7, ...: a permute puts them in order)
+    const __m512i lo = _mm512_unpacklo_epi32(ix, key), hi = _mm512_unpackhi_epi32(ix, key);
+    _mm512_storeu_si512(cs + q, _mm512_permutex2var_epi64(
+                                    lo, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi));
+    _mm512_storeu_si512(cs + q + 8, _mm512_permutex2var_epi64(
+                                        lo, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), hi));
+  }
+}
+
+template <class V>
+TDO_TARGET_AVX2 void nat_compose_avx2(const V* p, const int32_t* idx, int64_t c, uint32_t base,
+                                      uint32_t mask, uint64_t* cs) {
+  const __m256i sign = _mm256_set1_epi32(INT32_MIN), mv = _mm256_set1_epi32(mask);
+  const __m256i nbase = _mm256_set1_epi32(static_cast<int32_t>(~base));
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t q = 0; q < c; q += 8) {
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(c - q)), lane);
+    const __m256i iv = _mm256_maskload_epi32(idx + q, m);
+    const __m256i x = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(),
+                                                  reinterpret_cast<const int*>(p), iv, m, 4);
+    __m256i key = _mm256_xor_si256(x, sign);
+    if constexpr (std::is_floating_point_v<V>) {
+      const __m256i a = _mm256_andnot_si256(sign, x);  // below 2**31: signed compares hold
+      key = _mm256_xor_si256(x, _mm256_or_si256(_mm256_srai_epi32(x, 31), sign));
+      key = _mm256_or_si256(key, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
+      key = _mm256_blendv_epi8(key, sign, _mm256_cmpeq_epi32(a, _mm256_setzero_si256()));
+    }
+    key = _mm256_xor_si256(key, mv);
+    const __m256i ix = _mm256_sub_epi32(nbase, iv);
+    const __m256i lo = _mm256_unpacklo_epi32(ix, key), hi = _mm256_unpackhi_epi32(ix, key);
+    // (lo: entries 0, 1, 4, 5; hi: 2, 3, 6, 7)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(cs + q), _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(cs + q + 4),
+                        _mm256_permute2x128_si256(lo, hi, 0x31));
+  }
 }
 #endif
 
@@ -917,6 +983,8 @@ struct NatFns {
   int64_t (*next)(const V* p, int64_t from, int64_t len, V t, int32_t* idx, int64_t* nc,
                   ptrdiff_t pfd) = nullptr;
   int64_t (*guess)(const V* p, int64_t len, V t, V* lanes, int32_t* idx, int64_t cap) = nullptr;
+  void (*compose)(const V* p, const int32_t* idx, int64_t c, uint32_t base, uint32_t mask,
+                  uint64_t* cs) = nullptr;
 };
 
 template <class V, bool Inc>
@@ -926,10 +994,11 @@ NatFns<V> nat_fns() {
     case Isa::Avx512:
       return {nat_lanes_avx512<V, Inc, false>, nat_lanes_avx512<V, Inc, true>,
               nat_masks_avx512<V, Inc>, nat_kth_avx512<V>, nat_next_avx512<V, Inc>,
-              nat_guess_avx512<V, Inc>};
+              nat_guess_avx512<V, Inc>, nat_compose_avx512<V>};
     case Isa::Avx2:
       return {nat_lanes_avx2<V, Inc, false>, nat_lanes_avx2<V, Inc, true>, nat_masks_avx2<V, Inc>,
-              nat_kth_avx2<V>, nat_next_avx2<V, Inc>, nat_guess_avx2<V, Inc>};
+              nat_kth_avx2<V>, nat_next_avx2<V, Inc>, nat_guess_avx2<V, Inc>,
+              nat_compose_avx2<V>};
     default: break;
   }
 #endif
@@ -1566,12 +1635,8 @@ struct TopK {
       g.misses++;
       return false;
     }
-    uint64_t cs[kGuessCap];
-    for (int64_t q = 0; q < c; q++) {
-      typename D::UT bits;
-      std::memcpy(&bits, p + idx[q], sizeof(bits));
-      cs[q] = comp<KT>(static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask), s0 + idx[q]);
-    }
+    uint64_t cs[kGuessCap + 16];
+    nf.compose(p, idx, c, static_cast<uint32_t>(s0), static_cast<uint32_t>(mask), cs);
     net(cs, c, buf);
     return true;
   }
@@ -1729,7 +1794,7 @@ struct TopK {
   // of the outputs.
   void emit(int64_t r, CT* buf, bool sorted) const {
     const char* rp = row(r);
-    const int64_t o0 = (r / inner) * k * inner + r % inner;
+    const int64_t o0 = inner == 1 ? r * k : (r / inner) * k * inner + r % inner;
     if (!sorted) sort_desc(buf, k);
     for (int64_t j = 0; j < k; j++) {
       int64_t i = index_of<KT>(buf[j]);
