@@ -774,16 +774,14 @@ TDO_TARGET_AVX2 V nat_kth_avx2(const V* v, int64_t k) {
 }
 
 // The positions base + b of the set bits b of w, written to o in order: two unconditionally
-// (past the count when w has fewer: o has room; tzcnt of 0 is 64), the rest (rare: a word of 64
-// elements holds ~1 candidate) by a loop; branch-free in the usual case.
-TDO_TARGET_AVX2 [[gnu::always_inline]] inline void flatten_bits(uint64_t w, int64_t base,
-                                                                int32_t* o) {
-  o[0] = static_cast<int32_t>(base + static_cast<int64_t>(_tzcnt_u64(w)));
-  w = _blsr_u64(w);
-  o[1] = static_cast<int32_t>(base + static_cast<int64_t>(_tzcnt_u64(w)));
-  w = _blsr_u64(w);
-  for (int r = 2; w; w = _blsr_u64(w))
-    o[r++] = static_cast<int32_t>(base + static_cast<int64_t>(_tzcnt_u64(w)));
+// (past the count when w has fewer: o has room), the rest (rare: a word of 64 elements holds
+// ~1 candidate) by a loop; branch-free in the usual case.
+[[gnu::always_inline]] inline void flatten_bits(uint64_t w, int64_t base, int32_t* o) {
+  o[0] = static_cast<int32_t>(base + __builtin_ctzll(w | (uint64_t(1) << 63)));
+  w &= w - 1;
+  o[1] = static_cast<int32_t>(base + __builtin_ctzll(w | (uint64_t(1) << 63)));
+  w &= w - 1;
+  for (int r = 2; w; w &= w - 1) o[r++] = static_cast<int32_t>(base + __builtin_ctzll(w));
 }
 
 // The guessed pass over a row p[0, len) (scan_guess): in one read, the L group maxima of the
@@ -909,66 +907,6 @@ TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, i
   }
   return nat_guess_tail<V, Inc>(p, full, len, t, lanes, idx, cnt, cap);
 }
-
-// The composites of the c candidates p[idx[q]] of scan_guess, at row positions base + idx[q],
-// into cs (room for c rounded up to 16): cs[q] = comp(key(p[idx[q]]) ^ mask, base + idx[q]), as
-// the scalar code, with gathers.  float32 keys as FloatKey (NaN above +inf, -0.0 as +0.0).
-template <class V>
-TDO_TARGET_AVX512 void nat_compose_avx512(const V* p, const int32_t* idx, int64_t c,
-                                          uint32_t base, uint32_t mask, uint64_t* cs) {
-  const __m512i sign = _mm512_set1_epi32(INT32_MIN), mv = _mm512_set1_epi32(mask);
-  const __m512i nbase = _mm512_set1_epi32(static_cast<int32_t>(~base));
-  for (int64_t q = 0; q < c; q += 16) {
-    const __mmask16 m = c - q >= 16 ? __mmask16(0xffff) : __mmask16((1u << (c - q)) - 1);
-    const __m512i iv = _mm512_maskz_loadu_epi32(m, idx + q);
-    const __m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, iv, p, 4);
-    __m512i key = _mm512_xor_si512(x, sign);
-    if constexpr (std::is_floating_point_v<V>) {  // FloatKey<uint32_t>, vectorized
-      const __m512i a = _mm512_andnot_si512(sign, x);
-      key = _mm512_xor_si512(x, _mm512_or_si512(_mm512_srai_epi32(x, 31), sign));
-      key = _mm512_mask_mov_epi32(
-          key, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(-1));
-      key = _mm512_mask_mov_epi32(key, _mm512_testn_epi32_mask(a, a), sign);
-    }
-    key = _mm512_xor_si512(key, mv);
-    const __m512i ix = _mm512_sub_epi32(nbase, iv);  // ~(base + i)
-    // (entries 0-7: the interleave within 128-bit lanes gives 0, 1, 4, 5, 8, 9, 12, 13 and 2,
-    // 3, 6, 7, ...: a permute puts them in order)
-    const __m512i lo = _mm512_unpacklo_epi32(ix, key), hi = _mm512_unpackhi_epi32(ix, key);
-    _mm512_storeu_si512(cs + q, _mm512_permutex2var_epi64(
-                                    lo, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi));
-    _mm512_storeu_si512(cs + q + 8, _mm512_permutex2var_epi64(
-                                        lo, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), hi));
-  }
-}
-
-template <class V>
-TDO_TARGET_AVX2 void nat_compose_avx2(const V* p, const int32_t* idx, int64_t c, uint32_t base,
-                                      uint32_t mask, uint64_t* cs) {
-  const __m256i sign = _mm256_set1_epi32(INT32_MIN), mv = _mm256_set1_epi32(mask);
-  const __m256i nbase = _mm256_set1_epi32(static_cast<int32_t>(~base));
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int64_t q = 0; q < c; q += 8) {
-    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(c - q)), lane);
-    const __m256i iv = _mm256_maskload_epi32(idx + q, m);
-    const __m256i x = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(),
-                                                  reinterpret_cast<const int*>(p), iv, m, 4);
-    __m256i key = _mm256_xor_si256(x, sign);
-    if constexpr (std::is_floating_point_v<V>) {
-      const __m256i a = _mm256_andnot_si256(sign, x);  // below 2**31: signed compares hold
-      key = _mm256_xor_si256(x, _mm256_or_si256(_mm256_srai_epi32(x, 31), sign));
-      key = _mm256_or_si256(key, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
-      key = _mm256_blendv_epi8(key, sign, _mm256_cmpeq_epi32(a, _mm256_setzero_si256()));
-    }
-    key = _mm256_xor_si256(key, mv);
-    const __m256i ix = _mm256_sub_epi32(nbase, iv);
-    const __m256i lo = _mm256_unpacklo_epi32(ix, key), hi = _mm256_unpackhi_epi32(ix, key);
-    // (lo: entries 0, 1, 4, 5; hi: 2, 3, 6, 7)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(cs + q), _mm256_permute2x128_si256(lo, hi, 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(cs + q + 4),
-                        _mm256_permute2x128_si256(lo, hi, 0x31));
-  }
-}
 #endif
 
 // The native pass's two loops for V and a direction; lanes null: not available (the portable
@@ -983,8 +921,6 @@ struct NatFns {
   int64_t (*next)(const V* p, int64_t from, int64_t len, V t, int32_t* idx, int64_t* nc,
                   ptrdiff_t pfd) = nullptr;
   int64_t (*guess)(const V* p, int64_t len, V t, V* lanes, int32_t* idx, int64_t cap) = nullptr;
-  void (*compose)(const V* p, const int32_t* idx, int64_t c, uint32_t base, uint32_t mask,
-                  uint64_t* cs) = nullptr;
 };
 
 template <class V, bool Inc>
@@ -994,11 +930,10 @@ NatFns<V> nat_fns() {
     case Isa::Avx512:
       return {nat_lanes_avx512<V, Inc, false>, nat_lanes_avx512<V, Inc, true>,
               nat_masks_avx512<V, Inc>, nat_kth_avx512<V>, nat_next_avx512<V, Inc>,
-              nat_guess_avx512<V, Inc>, nat_compose_avx512<V>};
+              nat_guess_avx512<V, Inc>};
     case Isa::Avx2:
       return {nat_lanes_avx2<V, Inc, false>, nat_lanes_avx2<V, Inc, true>, nat_masks_avx2<V, Inc>,
-              nat_kth_avx2<V>, nat_next_avx2<V, Inc>, nat_guess_avx2<V, Inc>,
-              nat_compose_avx2<V>};
+              nat_kth_avx2<V>, nat_next_avx2<V, Inc>, nat_guess_avx2<V, Inc>};
     default: break;
   }
 #endif
@@ -1635,8 +1570,12 @@ struct TopK {
       g.misses++;
       return false;
     }
-    uint64_t cs[kGuessCap + 16];
-    nf.compose(p, idx, c, static_cast<uint32_t>(s0), static_cast<uint32_t>(mask), cs);
+    uint64_t cs[kGuessCap];
+    for (int64_t q = 0; q < c; q++) {
+      typename D::UT bits;
+      std::memcpy(&bits, p + idx[q], sizeof(bits));
+      cs[q] = comp<KT>(static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask), s0 + idx[q]);
+    }
     net(cs, c, buf);
     return true;
   }
