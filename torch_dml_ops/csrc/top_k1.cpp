@@ -1733,7 +1733,7 @@ struct TopK {
   // of the outputs.
   void emit(int64_t r, CT* buf, bool sorted) const {
     const char* rp = row(r);
-    const int64_t o0 = inner == 1 ? r * k : (r / inner) * k * inner + r % inner;
+    const int64_t o0 = (r / inner) * k * inner + r % inner;
     if (!sorted) sort_desc(buf, k);
     for (int64_t j = 0; j < k; j++) {
       int64_t i = index_of<KT>(buf[j]);
