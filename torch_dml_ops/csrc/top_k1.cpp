@@ -1121,6 +1121,25 @@ TDO_TARGET_AVX2 void net_avx2(const uint64_t* cs, int64_t c, uint64_t* out) {
 // One insert_net step on the 8 entries in a (descending) and the composite cv (broadcast).
 #define TDO_NET8_STEP(a, cv) \
   a = _mm512_max_epu64(a, _mm512_min_epu64(_mm512_alignr_epi64(a, top, 7), cv))
+// The same on the 16 entries in x0 (0-7) and x1 (8-15).
+#define TDO_NET16_STEP(x0, x1, cv)                                          \
+  do {                                                                      \
+    const __m512i cv_ = (cv), p1_ = _mm512_alignr_epi64(x1, x0, 7);         \
+    TDO_NET8_STEP(x0, cv_);                                                 \
+    x1 = _mm512_max_epu64(x1, _mm512_min_epu64(p1_, cv_));                  \
+  } while (0)
+
+// A bitonic sequence of 8 composites sorted descending: half-cleaners of distance 4, 2, 1 (each
+// entry against its partner, the larger to the lower position).
+TDO_TARGET_AVX512 [[gnu::always_inline]] inline __m512i sort_bitonic8_avx512(__m512i m) {
+  for (int d = 4; d >= 1; d /= 2) {
+    const __m512i s = _mm512_permutexvar_epi64(
+        _mm512_xor_si512(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64(d)), m);
+    const __mmask8 upper = d == 4 ? 0xf0 : d == 2 ? 0xcc : 0xaa;
+    m = _mm512_mask_blend_epi64(upper, _mm512_max_epu64(m, s), _mm512_min_epu64(m, s));
+  }
+  return m;
+}
 
 template <int W>
 TDO_TARGET_AVX512 void net_avx512(const uint64_t* cs, int64_t c, uint64_t* out) {
@@ -1141,26 +1160,28 @@ TDO_TARGET_AVX512 void net_avx512(const uint64_t* cs, int64_t c, uint64_t* out) 
     // the 8 largest of both: max(a0[i], a1[7 - i]) (a bitonic sequence), then its sort
     __m512i m = _mm512_max_epu64(
         a0, _mm512_permutexvar_epi64(_mm512_setr_epi64(7, 6, 5, 4, 3, 2, 1, 0), a1));
-    // (a half-cleaner: each entry against its partner, the larger to the lower position)
-    for (int d = 4; d >= 1; d /= 2) {
-      const __m512i s = _mm512_permutexvar_epi64(
-          _mm512_xor_si512(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64(d)), m);
-      const __mmask8 upper = d == 4 ? 0xf0 : d == 2 ? 0xcc : 0xaa;
-      m = _mm512_mask_blend_epi64(upper, _mm512_max_epu64(m, s), _mm512_min_epu64(m, s));
-    }
-    _mm512_storeu_si512(out, m);
+    _mm512_storeu_si512(out, sort_bitonic8_avx512(m));
   } else {
-    for (int64_t q = 0; q < c; q++) {  // entries 0-7 in a0, 8-15 in a1
-      const __m512i cv = _mm512_set1_epi64(static_cast<long long>(cs[q]));
-      const __m512i p1 = _mm512_alignr_epi64(a1, a0, 7);
-      TDO_NET8_STEP(a0, cv);
-      a1 = _mm512_max_epu64(a1, _mm512_min_epu64(p1, cv));
+    // entries 0-7 in a0, 8-15 in a1, and the same in b0, b1: a takes the even candidates, b
+    // the odd (two chains of half the length)
+    __m512i b0 = _mm512_setzero_si512(), b1 = _mm512_setzero_si512();
+    int64_t q = 0;
+    for (; q + 1 < c; q += 2) {
+      TDO_NET16_STEP(a0, a1, _mm512_set1_epi64(static_cast<long long>(cs[q])));
+      TDO_NET16_STEP(b0, b1, _mm512_set1_epi64(static_cast<long long>(cs[q + 1])));
     }
-    _mm512_storeu_si512(out, a0);
-    _mm512_storeu_si512(out + 8, a1);
+    if (q < c) TDO_NET16_STEP(a0, a1, _mm512_set1_epi64(static_cast<long long>(cs[q])));
+    // the 16 largest of both: max(a[i], b[15 - i]) (a bitonic sequence), then its sort: entry
+    // i against i + 8 across the two vectors, then within each as for W == 8
+    const __m512i rev = _mm512_setr_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i m0 = _mm512_max_epu64(a0, _mm512_permutexvar_epi64(rev, b1));
+    const __m512i m1 = _mm512_max_epu64(a1, _mm512_permutexvar_epi64(rev, b0));
+    _mm512_storeu_si512(out, sort_bitonic8_avx512(_mm512_max_epu64(m0, m1)));
+    _mm512_storeu_si512(out + 8, sort_bitonic8_avx512(_mm512_min_epu64(m0, m1)));
   }
 }
 #undef TDO_NET8_STEP
+#undef TDO_NET16_STEP
 #endif
 
 template <int W>
