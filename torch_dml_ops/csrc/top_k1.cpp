@@ -1098,22 +1098,26 @@ TDO_TARGET_AVX2 void net_avx2(const uint64_t* cs, int64_t c, uint64_t* out) {
   __m256i a[G], b[G];
   for (int g = 0; g < G; g++) a[g] = b[g] = sign;  // 0 (below every composite), flipped
 #define TDO_CAND(q) _mm256_set1_epi64x(static_cast<long long>(cs[q] ^ (uint64_t(1) << 63)))
-  if constexpr (W == 8) {
-    int64_t q = 0;
-    for (; q + 1 < c; q += 2) {  // a takes the even candidates, b the odd
-      net_step_avx2<G>(a, TDO_CAND(q));
-      net_step_avx2<G>(b, TDO_CAND(q + 1));
-    }
-    if (q < c) net_step_avx2<G>(a, TDO_CAND(q));
-    // the 8 largest of both: max(a[i], b[7 - i]) (a bitonic sequence), then its sort
-    __m256i m0 = max_s64_avx2(a[0], _mm256_permute4x64_epi64(b[1], 0x1b));
-    __m256i m1 = max_s64_avx2(a[1], _mm256_permute4x64_epi64(b[0], 0x1b));
-    a[0] = half_clean_avx2<0xb1, 0xcc>(half_clean_avx2<0x4e, 0xf0>(max_s64_avx2(m0, m1)));
-    a[1] = half_clean_avx2<0xb1, 0xcc>(half_clean_avx2<0x4e, 0xf0>(min_s64_avx2(m0, m1)));
-  } else {
-    for (int64_t q = 0; q < c; q++) net_step_avx2<G>(a, TDO_CAND(q));
+  int64_t q = 0;
+  for (; q + 1 < c; q += 2) {  // a takes the even candidates, b the odd
+    net_step_avx2<G>(a, TDO_CAND(q));
+    net_step_avx2<G>(b, TDO_CAND(q + 1));
   }
+  if (q < c) net_step_avx2<G>(a, TDO_CAND(q));
 #undef TDO_CAND
+  // the W largest of both: max(a[i], b[W - 1 - i]) (a bitonic sequence), then its sort:
+  // half-cleaners across the groups (distance W / 2 down to 4), then within each group
+  for (int g = 0; g < G; g++)
+    a[g] = max_s64_avx2(a[g], _mm256_permute4x64_epi64(b[G - 1 - g], 0x1b));
+  for (int h = G / 2; h >= 1; h /= 2)
+    for (int g = 0; g < G; g++)
+      if (!(g & h)) {
+        const __m256i hi = max_s64_avx2(a[g], a[g + h]);
+        a[g + h] = min_s64_avx2(a[g], a[g + h]);
+        a[g] = hi;
+      }
+  for (int g = 0; g < G; g++)
+    a[g] = half_clean_avx2<0xb1, 0xcc>(half_clean_avx2<0x4e, 0xf0>(a[g]));
   for (int g = 0; g < G; g++)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * g), _mm256_xor_si256(a[g], sign));
 }
