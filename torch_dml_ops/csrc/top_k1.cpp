@@ -1056,8 +1056,8 @@ InsFn insert_fn() {
 }
 
 // The W largest of the c composites cs[0, c) (64-bit: 32-bit keys), sorted descending, into
-// out[0, W) (0 past c); W = 8 or 16.  insert_net for each, the entries kept in registers where
-// the ISA has the width (AVX-512: for W = 8, two independent chains merged at the end).
+// out[0, W) (0 past c); W = 8 or 16.  insert_net for each, the entries kept in registers on
+// AVX2 and AVX-512, in two independent chains (even and odd candidates) merged at the end.
 using NetFn = void (*)(const uint64_t* cs, int64_t c, uint64_t* out);
 template <int W>
 void net_portable(const uint64_t* cs, int64_t c, uint64_t* out) {
