@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import torch_dml_ops as tdo
+from reference import to_bits, top_k1_ref
 
 
 @pytest.fixture
@@ -137,6 +138,78 @@ def test_deterministic_mul_backward(backend, as_on_cuda, deterministic):
     u = (torch.rand(20, 2, dtype=torch.float64) + 0.5).requires_grad_()
     idx = _idx(20, 4, 3, False)
     assert torch.autograd.gradcheck(lambda a, b: tdo.scatter_nd(a, idx, b, "mul"), (x, u))
+
+
+def test_overwrite_duplicates_never_reach_index_put(backend, as_on_cuda, index_ops):
+    """A small "none" scatter with duplicate slices: on the CPU one ``index_put_`` keeps the
+    last duplicate (it runs in index order); CUDA's keeps any one and may mix two rows, so
+    there the claim pass resolves them (the last in index order wins)."""
+    backend("torch")
+    x = torch.zeros(3, 8)
+    idx = torch.tensor([[0], [1], [0], [2], [0], [1]])
+    upd = torch.arange(48.0).reshape(6, 8)
+    got = tdo.scatter_nd(x, idx, upd)
+    assert "index_put_" not in index_ops
+    assert torch.equal(got, upd[[4, 5, 3]])
+
+
+def _sequential_add(x, idx, upd, wide=False):
+    """The CPU's order: each row's updates added in index order, rounded per add (``wide``:
+    accumulated in float32 and rounded once, the CPU's large float16/bfloat16 scatter)."""
+    out = x.float().clone() if wide else x.clone()
+    for t in range(idx.shape[0]):
+        i, j = (int(v) for v in idx[t])
+        out[i, j] = out[i, j] + (upd[t].float() if wide else upd[t])
+    return out.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype,n", [(torch.float32, 300), (torch.float16, 300),
+                                     (torch.bfloat16, 300), (torch.float16, 5000)])
+def test_deterministic_float_add_in_index_order(backend, as_on_cuda, index_ops, deterministic,
+                                                dtype, n):
+    """Deterministic mode: CUDA's index_add_ sums duplicates in its own order, so float add
+    takes the ordered rounds, bit for bit the CPU's sums (float16/bfloat16 rounded per add
+    below SMALL_SCATTER updated elements, once above, as the CPU does)."""
+    from torch_dml_ops.portable.scatter_nd import SMALL_SCATTER
+    backend("torch")
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(7, 5, 4, generator=g).to(dtype)
+    idx = _idx(n, 7, 5, False)
+    upd = (torch.randn(n, 4, generator=g) * 100).to(dtype)
+    got = tdo.scatter_nd(x, idx, upd, "add")
+    assert "index_add_" not in index_ops and "index_put_" not in index_ops
+    wide = dtype.itemsize == 2 and n * 4 > SMALL_SCATTER
+    assert torch.equal(got.view(torch.int8), _sequential_add(x, idx, upd, wide).view(torch.int8))
+
+
+def _sort_by_bits(real_sort):
+    """``torch.sort`` as CUDA's radix sort orders floats: -NaN below NaN, -0.0 below 0.0 (ties
+    on the CPU)."""
+    def sort(t, dim=-1, descending=False, stable=False, **kw):
+        if not t.is_floating_point():
+            return real_sort(t, dim=dim, descending=descending, stable=stable, **kw)
+        d, sign = t.double(), torch.signbit(t)
+        big, tiny = torch.full_like(d, 1e300), torch.full_like(d, 1e-300)
+        key = torch.where(torch.isnan(d), torch.where(sign, big, 2 * big),
+                          torch.where(d == 0, torch.where(sign, -tiny, tiny), d))
+        p = real_sort(key, dim=dim, descending=descending, stable=True).indices
+        return torch.return_types.sort((t.gather(dim, p), p))
+    return sort
+
+
+@pytest.mark.parametrize("direction", ["decreasing", "increasing"])
+def test_top_k_ties_ignore_the_sign_of_nan_and_zero(backend, monkeypatch, direction):
+    """NaNs tie with NaNs and -0.0 with 0.0 whatever the sort underneath orders by (CUDA's
+    orders by sign): the lower index first, as on the CPU."""
+    backend("torch")
+    nan = float("nan")
+    x = torch.tensor([0.0, nan, -0.0, 1.0, -nan, 0.0, -1.0, -0.0, nan] * 3)
+    want = [top_k1_ref(x, k, 0, direction == "decreasing") for k in (3, 9, 27)]
+    monkeypatch.setattr(torch, "sort", _sort_by_bits(torch.sort))
+    for k, (bits, idx) in zip((3, 9, 27), want):
+        got = tdo.top_k1(x, k, 0, direction)
+        assert got.indices.tolist() == idx.tolist(), k
+        assert to_bits(got.values).tolist() == bits.tolist(), k
 
 
 @pytest.fixture

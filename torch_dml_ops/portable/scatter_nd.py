@@ -76,9 +76,10 @@ def scatter_overwrite_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Ten
         work.index_copy_(0, lin.index_select(0, sel), upd.index_select(0, sel))
 
 
-def ordered_product_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Tensor) -> None:
-    """``work[lin[t]] *= upd[t]`` for every tuple, each row's factors applied in index order
-    (the CPU's order), deterministically on any device.
+def ordered_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Tensor, combine) -> None:
+    """``work[lin[t]] = combine(work[lin[t]], upd[t])`` for every tuple (``torch.mul``,
+    ``torch.add``), each row's updates applied in index order (the CPU's order), bit for bit
+    the CPU's sequential result on any device.
 
     Round r applies every row's r-th tuple (its occurrence number in a stable sort by row), so
     a round's rows are distinct: a gather, a multiply and an ``index_copy_`` of unique rows, all
@@ -95,13 +96,13 @@ def ordered_product_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Tenso
     for count in torch.bincount(rank).tolist():                  # the one host read
         sel = by_round[first:first + count]
         rows = lin.index_select(0, sel)
-        work.index_copy_(0, rows, work.index_select(0, rows) * upd.index_select(0, sel))
+        work.index_copy_(0, rows, combine(work.index_select(0, rows), upd.index_select(0, sel)))
         first += count
 
 
 #: Below this many updated elements one index_put_ call scatters: it wraps negative indices and
-#: range-checks in C++, and torch runs it in one thread under its parallel grain size (32768),
-#: in index order, so duplicates resolve to the last one and rows never mix.
+#: range-checks in C++, and on the CPU torch runs it in one thread under its parallel grain size
+#: (32768), in index order, so duplicates resolve to the last one and rows never mix.
 SMALL_SCATTER = 16384
 
 
@@ -165,11 +166,12 @@ def _scatter_checked(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
     if 0 in sizes:
         report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
     rows, slice_len = lay.rows, lay.slice_len      # no batch dims in a scatter: rows = prod(sizes)
+    # (CPU only: CUDA's index_put_ keeps any duplicate, even mixing rows, and adds in any order)
     small = (n_tuples * slice_len <= SMALL_SCATTER and reduction in ("none", "add")
-             and dst.dtype != torch.bool)
+             and dst.dtype != torch.bool and torch_checks_bounds(dst))
     if small:
-        # index_put_ checks each dimension (unless nothing moves), on CPU only
-        if fresh and slice_len != 0 and torch_checks_bounds(dst):
+        # index_put_ checks each dimension (unless nothing moves)
+        if fresh and slice_len != 0:
             if not signed and bool((idx2 < 0).any()):     # uint64 >= 2**63
                 report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
         else:
@@ -258,13 +260,24 @@ def _reduce_rows(dst, lin, updates, lay, reduction, deterministic, keep=None):
         upd = torch.where(keep.unsqueeze(1), upd, identity)
     if reduction == "none":
         scatter_overwrite_rows(work2d, lin, upd, deterministic)
+    elif reduction == "add" and upd.is_floating_point() and not torch_checks_bounds(work2d) \
+            and _deterministic(deterministic):
+        # CUDA's index_add_ sums a row's duplicates in its own order (atomics; in deterministic
+        # mode a sorted, warp-parallel sum), not the CPU's index order.  The CPU rounds a
+        # float16/bfloat16 sum per add below SMALL_SCATTER elements (index_put_), else once
+        # (index_add_ accumulates in float32): the same here.
+        if upd.element_size() == 2 and n_tuples * slice_len > SMALL_SCATTER:
+            wide = work2d.float()
+            ordered_rows(wide, lin, upd.float(), torch.add)
+            work2d.copy_(wide)
+        else:
+            ordered_rows(work2d, lin, upd, torch.add)
     elif reduction == "add":
         work2d.index_add_(0, lin, upd)
-    elif reduction == "mul" and not torch_checks_bounds(work2d) and (
-            deterministic or torch.are_deterministic_algorithms_enabled()):
+    elif reduction == "mul" and not torch_checks_bounds(work2d) and _deterministic(deterministic):
         # CUDA's scatter_reduce_ "prod" has no deterministic implementation (it refuses
         # deterministic mode; its float products depend on the atomics' order)
-        ordered_product_rows(work2d, lin, upd)
+        ordered_rows(work2d, lin, upd, torch.mul)
     else:
         work2d.scatter_reduce_(0, lin.unsqueeze(1).expand(n_tuples, slice_len), upd,
                                _REDUCE_OP[reduction], include_self=True)

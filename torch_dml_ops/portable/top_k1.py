@@ -170,8 +170,13 @@ def _lexsort(vals: torch.Tensor, idx: torch.Tensor, largest: bool):
     """Sort k (value, index) pairs by value in the direction, then by ascending index."""
     idx, p = torch.sort(idx, dim=-1, stable=True)
     vals = vals.gather(-1, p)
-    vals, p = torch.sort(vals, dim=-1, descending=largest, stable=True)
-    return vals, idx.gather(-1, p)
+    key = vals
+    if vals.is_floating_point():
+        # one NaN and one zero: CUDA's sort orders -NaN after NaN and -0.0 before 0.0, which
+        # are ties here (the values keep their own bits)
+        key = torch.where(torch.isnan(vals), float("nan"), vals + 0.0)
+    p = torch.sort(key, dim=-1, descending=largest, stable=True).indices
+    return vals.gather(-1, p), idx.gather(-1, p)
 
 
 def _order_ties(vals: torch.Tensor, idx: torch.Tensor, largest: bool):
