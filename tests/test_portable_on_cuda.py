@@ -164,12 +164,14 @@ def _sequential_add(x, idx, upd, wide=False):
 
 
 @pytest.mark.parametrize("dtype,n", [(torch.float32, 300), (torch.float16, 300),
-                                     (torch.bfloat16, 300), (torch.float16, 5000)])
+                                     (torch.bfloat16, 300), (torch.float16, 5000),
+                                     (torch.float16, 4000)])
 def test_deterministic_float_add_in_index_order(backend, as_on_cuda, index_ops, deterministic,
-                                                dtype, n):
+                                                monkeypatch, dtype, n):
     """Deterministic mode: CUDA's index_add_ sums duplicates in its own order, so float add
     takes the ordered rounds, bit for bit the CPU's sums (float16/bfloat16 rounded per add
     below SMALL_SCATTER updated elements, once above, as the CPU does)."""
+    from torch_dml_ops.portable import gather_nd as pg, scatter_nd as ps
     from torch_dml_ops.portable.scatter_nd import SMALL_SCATTER
     backend("torch")
     g = torch.Generator().manual_seed(n)
@@ -180,6 +182,18 @@ def test_deterministic_float_add_in_index_order(backend, as_on_cuda, index_ops, 
     assert "index_add_" not in index_ops and "index_put_" not in index_ops
     wide = dtype.itemsize == 2 and n * 4 > SMALL_SCATTER
     assert torch.equal(got.view(torch.int8), _sequential_add(x, idx, upd, wide).view(torch.int8))
+    monkeypatch.undo()                      # the CPU's own path (index_put_ / index_add_)
+    cpu = tdo.scatter_nd(x, idx, upd, "add")
+    assert torch.equal(got.view(torch.int8), cpu.view(torch.int8))
+    # check_indices=False with out-of-range tuples: the in-range ones' sums, rounded as the
+    # CPU rounds that many (the skipped tuples do not count towards SMALL_SCATTER)
+    bad = torch.cat([idx, torch.tensor([[7, 0]] * (n // 10))])
+    ubad = torch.cat([upd, upd[: n // 10]])
+    cpu = tdo.scatter_nd(x, bad, ubad, "add", check_indices=False)
+    for mod in (pg, ps):
+        monkeypatch.setattr(mod, "torch_checks_bounds", lambda t: False, raising=False)
+    got = tdo.scatter_nd(x, bad, ubad, "add", check_indices=False)
+    assert torch.equal(got.view(torch.int8), cpu.view(torch.int8))
 
 
 def _sort_by_bits(real_sort):

@@ -264,9 +264,11 @@ def _reduce_rows(dst, lin, updates, lay, reduction, deterministic, keep=None):
             and _deterministic(deterministic):
         # CUDA's index_add_ sums a row's duplicates in its own order (atomics; in deterministic
         # mode a sorted, warp-parallel sum), not the CPU's index order.  The CPU rounds a
-        # float16/bfloat16 sum per add below SMALL_SCATTER elements (index_put_), else once
-        # (index_add_ accumulates in float32): the same here.
-        if upd.element_size() == 2 and n_tuples * slice_len > SMALL_SCATTER:
+        # float16/bfloat16 sum per add up to SMALL_SCATTER elements (index_put_), else once
+        # (index_add_ accumulates in float32): the same here, counting the tuples in range
+        # (the CPU skips the others before it chooses).
+        if upd.element_size() == 2 and (
+                n_tuples if keep is None else int(keep.sum())) * slice_len > SMALL_SCATTER:
             wide = work2d.float()
             ordered_rows(wide, lin, upd.float(), torch.add)
             work2d.copy_(wide)
