@@ -596,3 +596,13 @@ def test_the_typing_literals_agree_with_the_tables():
     assert set(_data.DIRECTIONS) <= set(typing.get_args(_types.Direction))
     names = set(typing.get_args(_types.FeatureLevelName))
     assert names - {None} == set(_levels._ALIASES)
+
+
+def test_the_removed_backend_switch_says_what_replaced_it():
+    """``torch_dml_ops.backend(...)`` (0.1, thread-unsafe) is gone: an AttributeError that names
+    the replacements; other unknown names and lazily imported submodules behave as usual."""
+    import torch_dml_ops as tdo
+    with pytest.raises(AttributeError, match="TORCH_DML_OPS_BACKEND"):
+        tdo.backend("torch")
+    assert not hasattr(tdo, "no_such_name")
+    from torch_dml_ops import portable   # noqa: F401  (a submodule import still resolves)

@@ -6,6 +6,7 @@ portable and Triton kernels, fake kernels, autograd and vmap rules, and exposes 
 functions.
 """
 import sys as _sys
+import typing as _typing
 
 from . import _errors
 from ._errors import ConstraintError, ConstraintIndexError, ConstraintTypeError, MemoryOverlapError
@@ -24,6 +25,18 @@ if "torch.distributed.tensor" in _sys.modules:    # DTensor in use: register the
     from . import distributed  # noqa: F401,E402
 
 __version__ = "0.2.0"
+
+
+if not _typing.TYPE_CHECKING:     # (type checkers would take every unknown name for valid)
+    def __getattr__(name: str):
+        if name == "backend":      # removed in 0.2; scripts written for 0.1 still call it
+            raise AttributeError(
+                "torch_dml_ops.backend(...) was removed in 0.2: switching kernels while other "
+                "threads dispatch is unsafe. Choose a backend for the process with "
+                "TORCH_DML_OPS_BACKEND=<auto|torch|triton|native> (read at import), or call one "
+                "backend's kernel directly (torch_dml_ops.portable.KERNELS, "
+                "torch_dml_ops.triton_kernels.KERNELS); see docs/backends.md")
+        raise AttributeError(f"module 'torch_dml_ops' has no attribute {name!r}")
 
 __all__ = [
     "gather_nd",
