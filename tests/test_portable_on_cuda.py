@@ -196,6 +196,28 @@ def test_deterministic_float_add_in_index_order(backend, as_on_cuda, index_ops, 
     assert torch.equal(got.view(torch.int8), cpu.view(torch.int8))
 
 
+@pytest.mark.parametrize("reduction", ["max", "min"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_deterministic_float_max_min_keep_the_cpus_zero_and_nan(backend, as_on_cuda, index_ops,
+                                                               deterministic, monkeypatch,
+                                                               dtype, reduction):
+    """Deterministic mode: CUDA's scatter_reduce_ amax/amin keep whichever of -0.0 and 0.0 (or
+    of two NaNs) lands first, so float max/min take the ordered rounds with the CPU's rule (a
+    tie keeps the row's value, a NaN update wins): the CPU's bits."""
+    backend("torch")
+    nan = float("nan")
+    g = torch.Generator().manual_seed(2)
+    vals = torch.tensor([0.0, -0.0, nan, -nan, 1.0, -1.0])
+    x = vals[torch.randint(0, 6, (4, 3, 2), generator=g)].to(dtype)
+    idx = _idx(60, 4, 3, False)
+    upd = vals[torch.randint(0, 6, (60, 2), generator=g)].to(dtype)
+    got = tdo.scatter_nd(x, idx, upd, reduction)
+    assert "scatter_reduce_" not in index_ops
+    monkeypatch.undo()
+    cpu = tdo.scatter_nd(x, idx, upd, reduction)
+    assert torch.equal(got.view(torch.int8), cpu.view(torch.int8))
+
+
 def _sort_by_bits(real_sort):
     """``torch.sort`` as CUDA's radix sort orders floats: -NaN below NaN, -0.0 below 0.0 (ties
     on the CPU)."""

@@ -100,6 +100,17 @@ def ordered_rows(work: torch.Tensor, lin: torch.Tensor, upd: torch.Tensor, combi
         first += count
 
 
+def _cpu_max(row: torch.Tensor, upd: torch.Tensor) -> torch.Tensor:
+    """One step of the CPU's ``scatter_reduce_(..., "amax")``: the update where it is NaN or
+    greater, else the row's value (which a tie of -0.0 and 0.0 keeps)."""
+    return torch.where(torch.isnan(upd) | (upd > row), upd, row)
+
+
+def _cpu_min(row: torch.Tensor, upd: torch.Tensor) -> torch.Tensor:
+    """One step of the CPU's ``scatter_reduce_(..., "amin")`` (see ``_cpu_max``)."""
+    return torch.where(torch.isnan(upd) | (upd < row), upd, row)
+
+
 #: Below this many updated elements one index_put_ call scatters: it wraps negative indices and
 #: range-checks in C++, and on the CPU torch runs it in one thread under its parallel grain size
 #: (32768), in index order, so duplicates resolve to the last one and rows never mix.
@@ -280,6 +291,11 @@ def _reduce_rows(dst, lin, updates, lay, reduction, deterministic, keep=None):
         # CUDA's scatter_reduce_ "prod" has no deterministic implementation (it refuses
         # deterministic mode; its float products depend on the atomics' order)
         ordered_rows(work2d, lin, upd, torch.mul)
+    elif reduction in ("max", "min") and upd.is_floating_point() \
+            and not torch_checks_bounds(work2d) and _deterministic(deterministic):
+        # CUDA's "amax"/"amin" keep whichever of -0.0 and 0.0 (or of two NaNs) lands first;
+        # the CPU's keep the row's value on a tie and take any NaN update
+        ordered_rows(work2d, lin, upd, _cpu_max if reduction == "max" else _cpu_min)
     else:
         work2d.scatter_reduce_(0, lin.unsqueeze(1).expand(n_tuples, slice_len), upd,
                                _REDUCE_OP[reduction], include_self=True)
