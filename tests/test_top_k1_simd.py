@@ -110,7 +110,8 @@ for n, ks in [(1024, (32, 64)), (20000, (50, 100))]:
 # guessed from the row before.  Rows that stay alike (the guess holds), whose scale jumps up
 # (the guess is too high: fewer than k reach it) or down (too low: more candidates than it
 # takes), all-equal rows (every element reaches the guess), rows of ties, NaN/inf rows after
-# the guess is made, +-0.0 as the best, tails (rows not a multiple of 64), both directions, k up
+# the guess is made, +-0.0 as the best, the values 0..15 (more ties at the best than the pass
+# collects; NaN past them), tails (rows not a multiple of 64), both directions, k up
 # to the network's 16 (and 17: not taken); then rows that keep defeating the guess (the part
 # stops guessing).
 torch.set_num_threads(1)
@@ -126,6 +127,9 @@ def guessed_rows(n, rows, dtype, kind):
         x[rows // 2 : rows // 2 + 2] = -2.0
     if kind == "ties":
         x = (x * 2).round()
+    if kind in ("values", "values_nan"):  # 0..15: about n/16 ties at the best, often > the cap
+        x = torch.randint(0, 16, (rows, n)).double()
+        x[1:rows:5, : n // 2] = 15.0       # far more than the cap, all equal
     if dtype == torch.int32:
         return (x * 1000).round().clamp(-2**31, 2**31 - 1).to(torch.int32)
     x = x.to(dtype)
@@ -140,14 +144,17 @@ def guessed_rows(n, rows, dtype, kind):
                 x[r, rng.randrange(n)] = rng.choice(SPECIAL)
         x[rows - 2] = float("nan")
         x[rows - 1, : n // 2] = -float("inf")
+    if kind == "values_nan":  # a NaN (the greatest, decreasing) past the ties the pass collects
+        x[2::4, n - 3] = float("nan")
+        x[3::8, 5] = float("nan")
     return x
 
 torch.manual_seed(99)
 for n in (256, 300, 1024, 1041):
     for dtype in (torch.float32, torch.int32):
         for kind in ("alike", "jumps", "alternate", "equal", "ties", "special", "zeros",
-                     "zeros_up"):
-            if kind in ("special", "zeros", "zeros_up") and dtype == torch.int32:
+                     "zeros_up", "values", "values_nan"):
+            if kind in ("special", "zeros", "zeros_up", "values_nan") and dtype == torch.int32:
                 continue
             x = guessed_rows(n, 48, dtype, kind)
             for k in (2, 8, 9, 16, 17):
