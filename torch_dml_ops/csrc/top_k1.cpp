@@ -1577,8 +1577,8 @@ struct TopK {
   // read (from cache) takes this row's own k-th largest group maximum instead, which k
   // elements reach; false when more than kGuessCap reach that too: the other passes then take
   // the span.  The guess is made again from this row's group maxima after a miss, or when more
-  // than 3k reach it.  Its own function (noinline): its
-  // candidate lists on the stack would slow the caller's other paths.
+  // than 3k reach it.  Its own function (noinline): its candidate lists on the stack would slow
+  // the caller's other paths.
   template <class V, class D, bool Inc>
   [[gnu::noinline]] bool scan_guess(const V* p, int64_t len, int64_t s0, CT* buf, Guess& g,
                                     const NatFns<V>& nf) const {
