@@ -169,8 +169,8 @@ def _sequential_add(x, idx, upd, wide=False):
 def test_deterministic_float_add_in_index_order(backend, as_on_cuda, index_ops, deterministic,
                                                 monkeypatch, dtype, n):
     """Deterministic mode: CUDA's index_add_ sums duplicates in its own order, so float add
-    takes the ordered rounds, bit for bit the CPU's sums (float16/bfloat16 rounded per add
-    below SMALL_SCATTER updated elements, once above, as the CPU does)."""
+    takes the ordered rounds, bit for bit the CPU's sums (float16/bfloat16 rounded per add up
+    to SMALL_SCATTER updated elements, once above, as the CPU does)."""
     from torch_dml_ops.portable import gather_nd as pg, scatter_nd as ps
     from torch_dml_ops.portable.scatter_nd import SMALL_SCATTER
     backend("torch")
