@@ -111,6 +111,10 @@ def _cpu_min(row: torch.Tensor, upd: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isnan(upd) | (upd < row), upd, row)
 
 
+#: One step of each reduction in the CPU's order (ordered_rows).
+_ORDERED_STEP = {"add": torch.add, "mul": torch.mul, "max": _cpu_max, "min": _cpu_min}
+
+
 #: Below this many updated elements one index_put_ call scatters: it wraps negative indices and
 #: range-checks in C++, and on the CPU torch runs it in one thread under its parallel grain size
 #: (32768), in index order, so duplicates resolve to the last one and rows never mix.
@@ -269,33 +273,27 @@ def _reduce_rows(dst, lin, updates, lay, reduction, deterministic, keep=None):
         identity = torch.full((), _identity(upd.dtype, reduction), dtype=upd.dtype,
                               device=upd.device)
         upd = torch.where(keep.unsqueeze(1), upd, identity)
+    # Off the CPU, torch's kernels apply a row's duplicates in their own order: CUDA's
+    # index_add_ sums them so (atomics; in deterministic mode a sorted, warp-parallel sum), its
+    # amax/amin keep whichever of -0.0 and 0.0 (or of two NaNs) lands first, and its "prod" has
+    # no deterministic implementation at all.  In deterministic mode the rounds of ordered_rows
+    # apply them in index order instead: the CPU's result, bit for bit.
+    ordered = (reduction != "none" and (reduction == "mul" or upd.is_floating_point())
+               and not torch_checks_bounds(work2d) and _deterministic(deterministic))
     if reduction == "none":
         scatter_overwrite_rows(work2d, lin, upd, deterministic)
-    elif reduction == "add" and upd.is_floating_point() and not torch_checks_bounds(work2d) \
-            and _deterministic(deterministic):
-        # CUDA's index_add_ sums a row's duplicates in its own order (atomics; in deterministic
-        # mode a sorted, warp-parallel sum), not the CPU's index order.  The CPU rounds a
-        # float16/bfloat16 sum per add up to SMALL_SCATTER elements (index_put_), else once
-        # (index_add_ accumulates in float32): the same here, counting the tuples in range
-        # (the CPU skips the others before it chooses).
-        if upd.element_size() == 2 and (
-                n_tuples if keep is None else int(keep.sum())) * slice_len > SMALL_SCATTER:
-            wide = work2d.float()
-            ordered_rows(wide, lin, upd.float(), torch.add)
-            work2d.copy_(wide)
-        else:
-            ordered_rows(work2d, lin, upd, torch.add)
+    elif ordered and reduction == "add" and upd.element_size() == 2 and (
+            n_tuples if keep is None else int(keep.sum())) * slice_len > SMALL_SCATTER:
+        # the CPU rounds a float16/bfloat16 sum per add up to SMALL_SCATTER elements
+        # (index_put_), else once (index_add_ accumulates in float32), counting the tuples in
+        # range (it skips the others before it chooses)
+        wide = work2d.float()
+        ordered_rows(wide, lin, upd.float(), torch.add)
+        work2d.copy_(wide)
+    elif ordered:
+        ordered_rows(work2d, lin, upd, _ORDERED_STEP[reduction])
     elif reduction == "add":
         work2d.index_add_(0, lin, upd)
-    elif reduction == "mul" and not torch_checks_bounds(work2d) and _deterministic(deterministic):
-        # CUDA's scatter_reduce_ "prod" has no deterministic implementation (it refuses
-        # deterministic mode; its float products depend on the atomics' order)
-        ordered_rows(work2d, lin, upd, torch.mul)
-    elif reduction in ("max", "min") and upd.is_floating_point() \
-            and not torch_checks_bounds(work2d) and _deterministic(deterministic):
-        # CUDA's "amax"/"amin" keep whichever of -0.0 and 0.0 (or of two NaNs) lands first;
-        # the CPU's keep the row's value on a tie and take any NaN update
-        ordered_rows(work2d, lin, upd, _cpu_max if reduction == "max" else _cpu_min)
     else:
         work2d.scatter_reduce_(0, lin.unsqueeze(1).expand(n_tuples, slice_len), upd,
                                _REDUCE_OP[reduction], include_self=True)
