@@ -7,7 +7,7 @@ kWordPassMin elements with the word pass, whose last word may be short), NaN in 
 (the native pass hands such a block to the key pass; a two-pass row goes back to one pass),
 +-0.0, +-inf, ties, denormals with flush-to-zero on, rows that defeat the two-pass bound's
 sample (its fallback to every group maximum), and many rows on one thread for the guessed pass
-(rows alike, jumping, alternating, equal, ties, NaN/inf late)."""
+(rows alike, jumping, alternating, equal, ties, NaN/inf late; the tie pass)."""
 import os
 import subprocess
 import sys
@@ -111,9 +111,11 @@ for n, ks in [(1024, (32, 64)), (20000, (50, 100))]:
 # (the guess is too high: fewer than k reach it) or down (too low: more candidates than it
 # takes), all-equal rows (every element reaches the guess), rows of ties, NaN/inf rows after
 # the guess is made, +-0.0 as the best, the values 0..15 (more ties at the best than the pass
-# collects; NaN past them), tails (rows not a multiple of 64), both directions, k up
-# to the network's 16 (and 17: not taken); then rows that keep defeating the guess (the part
-# stops guessing).
+# collects; NaN past them), the tie pass (ties across the k-th value with fewer than k above,
+# ties and random rows by turns, a best value repeated over many words, ties at +-0.0 next to
+# denormals with and without flush-to-zero), tails (rows not a multiple of 64), both
+# directions, k up to the network's 16 (and 17: not taken); then rows that keep defeating the
+# guess (the part stops guessing).
 torch.set_num_threads(1)
 def guessed_rows(n, rows, dtype, kind):
     x = torch.randn(rows, n, dtype=torch.float64)
@@ -130,8 +132,29 @@ def guessed_rows(n, rows, dtype, kind):
     if kind in ("values", "values_nan"):  # 0..15: about n/16 ties at the best, often > the cap
         x = torch.randint(0, 16, (rows, n)).double()
         x[1:rows:5, : n // 2] = 15.0       # far more than the cap, all equal
+    if kind == "above_ties":  # 0..15, and fewer than k above them: the tie pass takes both
+        x = torch.randint(0, 16, (rows, n)).double()
+        for r in range(rows):
+            for _ in range(rng.randint(0, 7)):
+                x[r, rng.randrange(n)] = rng.choice([16.0, 17.0, 18.0, 40.0])
+    if kind == "mixed":  # ties and random rows by turns: the tie pass switched on and off
+        x[0::2] = torch.randint(0, 16, (rows // 2, n)).double()
+        x[3::4] *= 100.0
+    if kind == "sparse_ties":  # the best value a few times, spread: equal ones over many words
+        for r in range(rows):
+            for _ in range(rng.randint(2, 24)):
+                x[r, rng.randrange(n)] = 9.0 if r % 3 else -9.0
     if dtype == torch.int32:
         return (x * 1000).round().clamp(-2**31, 2**31 - 1).to(torch.int32)
+    if kind == "zero_ties":  # mostly +-0.0, a few (sub)normals of each sign: ties at 0, where
+        # compares are exact only while denormals are not read as zero (checked both ways)
+        x = torch.zeros(rows, n, dtype=torch.float64)
+        x.view(-1)[torch.randperm(rows * n)[: rows * n // 2]] = -0.0
+        x = x.to(dtype)
+        for r in range(rows):
+            for _ in range(rng.randint(0, 12)):
+                x[r, rng.randrange(n)] = rng.choice([1e-45, -1e-45, 3e-40, -3e-40, 1e-30, -2.0])
+        return x
     x = x.to(dtype)
     if kind in ("zeros", "zeros_up"):  # the best are +0.0 and -0.0, equal (the lower index wins)
         x = x.abs() if kind == "zeros_up" else -x.abs()
@@ -153,13 +176,17 @@ torch.manual_seed(99)
 for n in (256, 300, 1024, 1041):
     for dtype in (torch.float32, torch.int32):
         for kind in ("alike", "jumps", "alternate", "equal", "ties", "special", "zeros",
-                     "zeros_up", "values", "values_nan"):
-            if kind in ("special", "zeros", "zeros_up", "values_nan") and dtype == torch.int32:
+                     "zeros_up", "values", "values_nan", "above_ties", "mixed", "sparse_ties",
+                     "zero_ties"):
+            if kind in ("special", "zeros", "zeros_up", "values_nan", "zero_ties") and \
+                    dtype == torch.int32:
                 continue
             x = guessed_rows(n, 48, dtype, kind)
             for k in (2, 8, 9, 16, 17):
                 for direction in ("decreasing", "increasing"):
-                    check(x, k, direction, ("guessed", n, str(dtype), kind, k, direction))
+                    for flush in ((False, True) if kind == "zero_ties" else (False,)):
+                        check(x, k, direction, ("guessed", n, str(dtype), kind, k, direction,
+                                                flush), flush)
 print("cases", cases)
 """
 

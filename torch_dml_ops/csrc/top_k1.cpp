@@ -41,6 +41,10 @@
 //   a second read takes the row's own k-th largest group maximum as the threshold, and the
 //   passes above take the row only when too many reach that too.  4096x1024 float32, k = 8:
 //   ~16 candidates a row, none of them a branch; 1.9x faster than those passes, measured.
+//   Rows of few distinct values (many elements equal to any threshold) take the tie pass: the
+//   elements above the threshold, and only the first k equal to it (the later ones lose every
+//   tie to them); 4096x1024 of the values 0..15, k = 8: 1.45x faster than the guessed pass
+//   and its fallbacks, measured.
 // On random data a row of 1024 with k = 8 has ~11 candidates.  The k winners are sorted at the
 // end (k == n: one sort).  k == 1 is a block-wise max, then its first index by a vector
 // compare.  The vector loops are compiled portable, for AVX2 and for AVX-512 and picked at run
@@ -790,41 +794,74 @@ TDO_TARGET_AVX2 V nat_kth_avx2(const V* v, int64_t k) {
 // transformed value below t into idx (room for cap + 128): those not below t, and a NaN when it
 // is the greatest (decreasing; increasing, it is the least: never); returns their number, or
 // -1 once more than cap (the lanes are still made whole).
-template <class V, bool Inc>
+// Ties (the tie pass): idx takes the elements above t instead (NaN as above), and eq the
+// positions of those equal to t, in order, until at least eqcap are held (room for eqcap + 66;
+// *neq their number): among equal values only the first eqcap can be among the eqcap best.  Exact
+// only while compares see every value as it is: not so for a float t of 0 or subnormal when
+// denormals are read as zero (the caller checks).
+template <class V, bool Inc, bool Ties>
 [[gnu::always_inline]] inline int64_t nat_guess_tail(const V* p, int64_t from, int64_t len, V t,
                                                      V* lanes, int32_t* idx, int64_t cnt,
-                                                     int64_t cap) {
+                                                     int64_t cap, int32_t* eq, int64_t* neq,
+                                                     int64_t eqcap) {
   for (int64_t j = from; j < len; j++) {
     const V x = nat_tr<V, Inc>(p[j]);
     lanes[j % L] = x > lanes[j % L] ? x : lanes[j % L];
     if (cnt <= cap) {
       idx[cnt] = static_cast<int32_t>(j);
-      cnt += Inc ? x >= t : !(x < t);
+      if constexpr (Ties) {
+        cnt += Inc ? x > t : !(x <= t);
+        if (x == t && *neq < eqcap) eq[(*neq)++] = static_cast<int32_t>(j);
+      } else {
+        cnt += Inc ? x >= t : !(x < t);
+      }
     }
   }
   return cnt > cap ? -1 : cnt;
 }
 
-template <class V, bool Inc>
+// The tie pass's equal positions of one word (mask we, base j) into eq (fewer than eqcap held).
+[[gnu::always_inline]] inline void collect_equal(uint64_t we, int64_t j, int32_t* eq,
+                                                 int64_t* neq, int64_t eqcap) {
+  if (we) {
+    flatten_bits(we, j, eq + *neq);
+    *neq += __builtin_popcountll(we);
+  }
+}
+
+// Four 16-lane masks as one 64-bit word (m[0] the low bits).
+TDO_TARGET_AVX512 [[gnu::always_inline]] inline uint64_t join_masks_avx512(const __mmask16* m) {
+  return _cvtmask64_u64(
+      _mm512_kunpackd(_mm512_kunpackw(m[3], m[2]), _mm512_kunpackw(m[1], m[0])));
+}
+
+template <class V, bool Inc, bool Ties>
 TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lanes,
-                                           int32_t* idx, int64_t cap) {
+                                           int32_t* idx, int64_t cap, int32_t* eq, int64_t* neq,
+                                           int64_t eqcap) {
   const int64_t full = len / 64 * 64;
   int64_t cnt = 0, j = 0;
   if constexpr (std::is_floating_point_v<V>) {
     const __m512 flip = _mm512_set1_ps(Inc ? -0.0f : 0.0f), tv = _mm512_set1_ps(t);
+    constexpr int kCmp = Ties ? (Inc ? _CMP_GT_OQ : _CMP_NLE_UQ) : (Inc ? _CMP_GE_OQ : _CMP_NLT_UQ);
     __m512 a[4];
     for (auto& v : a) v = _mm512_set1_ps(nat_lowest<float>());
     for (; j < full && cnt <= cap; j += 64) {
-      __mmask16 m[4];
+      __mmask16 m[4], e[4];
+      __m512 x[4];
       for (int i = 0; i < 4; i++) {
-        const __m512 x = _mm512_xor_ps(_mm512_loadu_ps(p + j + 16 * i), flip);
-        a[i] = _mm512_max_ps(x, a[i]);
-        m[i] = _mm512_cmp_ps_mask(x, tv, Inc ? _CMP_GE_OQ : _CMP_NLT_UQ);
+        x[i] = _mm512_xor_ps(_mm512_loadu_ps(p + j + 16 * i), flip);
+        a[i] = _mm512_max_ps(x[i], a[i]);
+        m[i] = _mm512_cmp_ps_mask(x[i], tv, kCmp);
       }
-      const uint64_t w = _cvtmask64_u64(
-          _mm512_kunpackd(_mm512_kunpackw(m[3], m[2]), _mm512_kunpackw(m[1], m[0])));
+      const uint64_t w = join_masks_avx512(m);
       flatten_bits(w, j, idx + cnt);
       cnt += __builtin_popcountll(w);
+      if constexpr (Ties)
+        if (*neq < eqcap) {  // (the first eqcap equal ones only)
+          for (int i = 0; i < 4; i++) e[i] = _mm512_cmp_ps_mask(x[i], tv, _CMP_EQ_OQ);
+          collect_equal(join_masks_avx512(e), j, eq, neq, eqcap);
+        }
     }
     for (; j < full; j += 64)  // too many: the maxima only
       for (int i = 0; i < 4; i++)
@@ -835,16 +872,21 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
     __m512i a[4];
     for (auto& v : a) v = _mm512_set1_epi32(nat_lowest<int32_t>());
     for (; j < full && cnt <= cap; j += 64) {
-      __mmask16 m[4];
+      __mmask16 m[4], e[4];
+      __m512i x[4];
       for (int i = 0; i < 4; i++) {
-        const __m512i x = _mm512_xor_si512(_mm512_loadu_si512(p + j + 16 * i), flip);
-        a[i] = _mm512_max_epi32(x, a[i]);
-        m[i] = _mm512_cmpge_epi32_mask(x, tv);
+        x[i] = _mm512_xor_si512(_mm512_loadu_si512(p + j + 16 * i), flip);
+        a[i] = _mm512_max_epi32(x[i], a[i]);
+        m[i] = Ties ? _mm512_cmpgt_epi32_mask(x[i], tv) : _mm512_cmpge_epi32_mask(x[i], tv);
       }
-      const uint64_t w = _cvtmask64_u64(
-          _mm512_kunpackd(_mm512_kunpackw(m[3], m[2]), _mm512_kunpackw(m[1], m[0])));
+      const uint64_t w = join_masks_avx512(m);
       flatten_bits(w, j, idx + cnt);
       cnt += __builtin_popcountll(w);
+      if constexpr (Ties)
+        if (*neq < eqcap) {
+          for (int i = 0; i < 4; i++) e[i] = _mm512_cmpeq_epi32_mask(x[i], tv);
+          collect_equal(join_masks_avx512(e), j, eq, neq, eqcap);
+        }
     }
     for (; j < full; j += 64)
       for (int i = 0; i < 4; i++)
@@ -852,29 +894,45 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
     _mm512_storeu_si512(lanes, _mm512_max_epi32(_mm512_max_epi32(a[0], a[1]),
                                                 _mm512_max_epi32(a[2], a[3])));
   }
-  return nat_guess_tail<V, Inc>(p, full, len, t, lanes, idx, cnt, cap);
+  return nat_guess_tail<V, Inc, Ties>(p, full, len, t, lanes, idx, cnt, cap, eq, neq, eqcap);
 }
 
-template <class V, bool Inc>
+// The sign bits of a vector of eight 32-bit lanes (a compare's result).
+TDO_TARGET_AVX2 [[gnu::always_inline]] inline uint32_t lane_bits_avx2(__m256i m) {
+  return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(m)));
+}
+
+template <class V, bool Inc, bool Ties>
 TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, int32_t* idx,
-                                       int64_t cap) {
+                                       int64_t cap, int32_t* eq, int64_t* neq, int64_t eqcap) {
   const int64_t full = len / 64 * 64;
   int64_t cnt = 0, j = 0;
   if constexpr (std::is_floating_point_v<V>) {
     const __m256 flip = _mm256_set1_ps(Inc ? -0.0f : 0.0f), tv = _mm256_set1_ps(t);
+    constexpr int kCmp = Ties ? (Inc ? _CMP_GT_OQ : _CMP_NLE_UQ) : (Inc ? _CMP_GE_OQ : _CMP_NLT_UQ);
     __m256 a[4];  // as nat_lanes_avx2: a[0], a[2] lanes 0-7; a[1], a[3] lanes 8-15
     for (auto& v : a) v = _mm256_set1_ps(nat_lowest<float>());
     for (; j < full && cnt <= cap; j += 64) {
       uint64_t w = 0;
+      __m256 x[8];
       for (int i = 0; i < 8; i++) {
-        const __m256 x = _mm256_xor_ps(_mm256_loadu_ps(p + j + 8 * i), flip);
-        a[i % 4] = _mm256_max_ps(x, a[i % 4]);
+        x[i] = _mm256_xor_ps(_mm256_loadu_ps(p + j + 8 * i), flip);
+        a[i % 4] = _mm256_max_ps(x[i], a[i % 4]);
         w |= static_cast<uint64_t>(static_cast<uint32_t>(
-                 _mm256_movemask_ps(_mm256_cmp_ps(x, tv, Inc ? _CMP_GE_OQ : _CMP_NLT_UQ))))
+                 _mm256_movemask_ps(_mm256_cmp_ps(x[i], tv, kCmp))))
              << (8 * i);
       }
       flatten_bits(w, j, idx + cnt);
       cnt += __builtin_popcountll(w);
+      if constexpr (Ties)
+        if (*neq < eqcap) {
+          uint64_t we = 0;
+          for (int i = 0; i < 8; i++)
+            we |= static_cast<uint64_t>(static_cast<uint32_t>(
+                      _mm256_movemask_ps(_mm256_cmp_ps(x[i], tv, _CMP_EQ_OQ))))
+                  << (8 * i);
+          collect_equal(we, j, eq, neq, eqcap);
+        }
     }
     for (; j < full; j += 64)  // too many: the maxima only
       for (int i = 0; i < 8; i++)
@@ -888,16 +946,25 @@ TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, i
     const __m256i* pv = reinterpret_cast<const __m256i*>(p);  // 8 elements each
     for (; j < full && cnt <= cap; j += 64) {
       uint64_t w = 0;
+      __m256i x[8];
       for (int i = 0; i < 8; i++) {
-        const __m256i x = _mm256_xor_si256(_mm256_loadu_si256(pv + j / 8 + i), flip);
-        a[i % 4] = _mm256_max_epi32(x, a[i % 4]);
-        // x >= t is not (t > x)
-        const uint32_t lt = static_cast<uint32_t>(
-            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(tv, x))));
-        w |= static_cast<uint64_t>(~lt & 0xffu) << (8 * i);
+        x[i] = _mm256_xor_si256(_mm256_loadu_si256(pv + j / 8 + i), flip);
+        a[i % 4] = _mm256_max_epi32(x[i], a[i % 4]);
+        if constexpr (Ties)
+          w |= static_cast<uint64_t>(lane_bits_avx2(_mm256_cmpgt_epi32(x[i], tv))) << (8 * i);
+        else  // x >= t is not (t > x)
+          w |= static_cast<uint64_t>(~lane_bits_avx2(_mm256_cmpgt_epi32(tv, x[i])) & 0xffu)
+               << (8 * i);
       }
       flatten_bits(w, j, idx + cnt);
       cnt += __builtin_popcountll(w);
+      if constexpr (Ties)
+        if (*neq < eqcap) {
+          uint64_t we = 0;
+          for (int i = 0; i < 8; i++)
+            we |= static_cast<uint64_t>(lane_bits_avx2(_mm256_cmpeq_epi32(x[i], tv))) << (8 * i);
+          collect_equal(we, j, eq, neq, eqcap);
+        }
     }
     for (; j < full; j += 64)
       for (int i = 0; i < 8; i++)
@@ -906,7 +973,7 @@ TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, i
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epi32(a[0], a[2]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes + 8), _mm256_max_epi32(a[1], a[3]));
   }
-  return nat_guess_tail<V, Inc>(p, full, len, t, lanes, idx, cnt, cap);
+  return nat_guess_tail<V, Inc, Ties>(p, full, len, t, lanes, idx, cnt, cap, eq, neq, eqcap);
 }
 #endif
 
@@ -921,7 +988,10 @@ struct NatFns {
   V (*kth)(const V* v, int64_t k) = nullptr;
   int64_t (*next)(const V* p, int64_t from, int64_t len, V t, int32_t* idx, int64_t* nc,
                   ptrdiff_t pfd) = nullptr;
-  int64_t (*guess)(const V* p, int64_t len, V t, V* lanes, int32_t* idx, int64_t cap) = nullptr;
+  // the guessed pass and the tie pass (nat_guess_*)
+  using GuessFn = int64_t (*)(const V* p, int64_t len, V t, V* lanes, int32_t* idx, int64_t cap,
+                              int32_t* eq, int64_t* neq, int64_t eqcap);
+  GuessFn guess = nullptr, ties = nullptr;
 };
 
 template <class V, bool Inc>
@@ -931,14 +1001,31 @@ NatFns<V> nat_fns() {
     case Isa::Avx512:
       return {nat_lanes_avx512<V, Inc, false>, nat_lanes_avx512<V, Inc, true>,
               nat_masks_avx512<V, Inc>, nat_kth_avx512<V>, nat_next_avx512<V, Inc>,
-              nat_guess_avx512<V, Inc>};
+              nat_guess_avx512<V, Inc, false>, nat_guess_avx512<V, Inc, true>};
     case Isa::Avx2:
       return {nat_lanes_avx2<V, Inc, false>, nat_lanes_avx2<V, Inc, true>, nat_masks_avx2<V, Inc>,
-              nat_kth_avx2<V>, nat_next_avx2<V, Inc>, nat_guess_avx2<V, Inc>};
+              nat_kth_avx2<V>, nat_next_avx2<V, Inc>, nat_guess_avx2<V, Inc, false>,
+              nat_guess_avx2<V, Inc, true>};
     default: break;
   }
 #endif
   return {};
+}
+
+// Whether compares against a threshold t see every value as it is, as the tie pass needs (x > t
+// and x == t exact; the guessed pass's x >= t only needs to hold for every x that does): always
+// for int32; for a float, unless t is 0 or subnormal while the CPU reads denormal inputs as zero
+// (MXCSR.DAZ, torch.set_flush_denormal(True)): a subnormal x then compares equal to 0.
+template <class V>
+inline bool exact_compares(V t) {
+#ifdef TDO_X86_SIMD
+  if constexpr (std::is_floating_point_v<V>) {
+    const int cls = std::fpclassify(t);
+    return (cls != FP_ZERO && cls != FP_SUBNORMAL) || !(_mm_getcsr() & 0x40);
+  }
+#endif
+  (void)t;
+  return true;
 }
 
 // ---- composites: the key in the high half, MAXIDX - index in the low half -----------------
@@ -1326,6 +1413,7 @@ std::unique_ptr<T[]> allocate(int64_t count, const char* what) {
 struct Guess {
   uint32_t bits = 0;
   bool set = false;
+  bool ties = false;  // the last row's k best took values equal to the threshold: the tie pass
   int64_t rows = 0, misses = 0;
   bool on() const { return misses <= 8 + rows / 8; }
 };
@@ -1575,40 +1663,65 @@ struct TopK {
   // network of their composites gives them (4096x1024 float32, k = 8: ~16 candidates, no
   // branch per candidate).  When fewer than k or more than kGuessCap reach the guess, a second
   // read (from cache) takes this row's own k-th largest group maximum instead, which k
-  // elements reach; false when more than kGuessCap reach that too: the other passes then take
-  // the span.  The guess is made again from this row's group maxima after a miss, or when more
-  // than 3k reach it.  Its own function (noinline): its candidate lists on the stack would slow
-  // the caller's other paths.
+  // elements reach, by the tie pass: the elements above it, and the first k equal to it (ties
+  // across the k-th value, as in rows of a few distinct values, where many elements reach any
+  // threshold: the k best are those above it and then the first equal ones); false when more
+  // than kGuessCap are above it: the other passes then take the span.  A row that needed equal
+  // values makes the next row's first read the tie pass.  The guess is made again from this
+  // row's group maxima after a miss, or when more than 3k reach it.  Its own function
+  // (noinline): its candidate lists on the stack would slow the caller's other paths.
   template <class V, class D, bool Inc>
   [[gnu::noinline]] bool scan_guess(const V* p, int64_t len, int64_t s0, CT* buf, Guess& g,
                                     const NatFns<V>& nf) const {
     static_assert(sizeof(V) == sizeof(g.bits), "a 32-bit threshold");
     alignas(64) V lanes[L];
-    int32_t idx[kGuessCap + 128];
+    int32_t idx[kGuessCap + 128], eq[kNetMaxK + 66];
+    int64_t neq = 0;
     V t = nat_lowest<V>();
     if (g.set) std::memcpy(&t, &g.bits, sizeof(t));
-    int64_t c = nf.guess(p, len, t, lanes, idx, kGuessCap);
+    // the tie pass at t: above t, and equal (only where compares see t's neighbours as they are)
+    const auto tie_pass = [&](V t, V* lanes) {
+      neq = 0;
+      return nf.ties(p, len, t, lanes, idx, kGuessCap, eq, &neq, k);
+    };
+    bool tied = g.ties && exact_compares(t);
+    int64_t c = tied ? tie_pass(t, lanes) : nf.guess(p, len, t, lanes, idx, kGuessCap, nullptr,
+                                                    nullptr, 0);
     g.rows++;
-    if (!g.set || c < k || c > 3 * k) {  // a new guess (kept while it works)
+    const auto enough = [&] { return c >= k || (tied && c >= 0 && c + neq >= k); };
+    bool hit = enough();
+    if (!g.set || !hit || c > 3 * k) {  // a new guess (kept while it works)
       const V next = nf.kth(lanes, std::min<int64_t>(L, k + kGuessSlack));
       std::memcpy(&g.bits, &next, sizeof(next));
       g.set = true;
     }
-    if (c < k) {  // too high (fewer than k reach it), or too low (-1: too many)
+    if (!hit) {  // too high (fewer than k reach it), or too low (-1: too many)
       g.misses++;
       // this row's own k-th largest group maximum: k groups hold an element that reaches it
       // (the row is in cache: a second read, cheaper than the other passes)
       alignas(64) V again[L];
-      c = nf.guess(p, len, nf.kth(lanes, k), again, idx, kGuessCap);
-      if (c < k) return false;  // more than kGuessCap reach it
+      const V tk = nf.kth(lanes, k);
+      tied = exact_compares(tk);
+      c = tied ? tie_pass(tk, again)
+               : nf.guess(p, len, tk, again, idx, kGuessCap, nullptr, nullptr, 0);
+      if (!enough()) return false;  // more than kGuessCap reach it (or are above it)
     }
-    uint64_t cs[kGuessCap];
-    for (int64_t q = 0; q < c; q++) {
+    const auto composite = [&](int32_t j) [[gnu::always_inline]] {
       typename D::UT bits;
-      std::memcpy(&bits, p + idx[q], sizeof(bits));
-      cs[q] = comp<KT>(static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask), s0 + idx[q]);
+      std::memcpy(&bits, p + j, sizeof(bits));
+      return comp<KT>(static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask), s0 + j);
+    };
+    uint64_t cs[kGuessCap];
+    for (int64_t q = 0; q < c; q++) cs[q] = composite(idx[q]);
+    g.ties = c < k && neq > 1;
+    if (c >= k) {
+      net(cs, c, buf);
+      return true;
     }
-    net(cs, c, buf);
+    // (the tie pass) the c above t, sorted, then the first k - c equal to t: equal keys, so in
+    // index order (descending composites) already
+    if (c > 0) net(cs, c, buf);
+    for (int64_t q = c; q < k; q++) buf[q] = composite(eq[q - c]);
     return true;
   }
 
