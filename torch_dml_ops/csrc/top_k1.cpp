@@ -1877,25 +1877,33 @@ struct TopK {
   // copied from the row at the index, indices in the index dtype, at [r / inner, j, r % inner]
   // of the outputs.
   void emit(int64_t r, CT* buf, bool sorted) const {
-    const char* rp = row(r);
-    const int64_t o0 = (r / inner) * k * inner + r % inner;
+    const int64_t o0 = inner == 1 ? r * k : (r / inner) * k * inner + r % inner;
     if (!sorted) sort_desc(buf, k);
-    for (int64_t j = 0; j < k; j++) {
-      int64_t i = index_of<KT>(buf[j]);
-      int64_t o = o0 + j * inner;
-      switch (esize) {  // a fixed-size copy each (not a memcpy call)
-        case 4: std::memcpy(out_v + o * 4, rp + i * 4, 4); break;
-        case 2: std::memcpy(out_v + o * 2, rp + i * 2, 2); break;
-        case 8: std::memcpy(out_v + o * 8, rp + i * 8, 8); break;
-        default: out_v[o] = rp[i]; break;
-      }
-      switch (index_dtype) {
-        case ScalarType::Int: static_cast<int32_t*>(out_i)[o] = static_cast<int32_t>(i); break;
-        case ScalarType::UInt32:
-          static_cast<uint32_t*>(out_i)[o] = static_cast<uint32_t>(i);
-          break;
-        default: static_cast<int64_t*>(out_i)[o] = i; break;
-      }
+    // one loop per value size and index width (int32 and uint32 indices share their bits)
+    if (index_dtype == ScalarType::Int || index_dtype == ScalarType::UInt32)
+      emit_sized<uint32_t>(row(r), buf, o0);
+    else
+      emit_sized<uint64_t>(row(r), buf, o0);
+  }
+  template <class IT>
+  void emit_sized(const char* rp, const CT* buf, int64_t o0) const {
+    switch (esize) {
+      case 1: return emit_as<uint8_t, IT>(rp, buf, o0);
+      case 2: return emit_as<uint16_t, IT>(rp, buf, o0);
+      case 4: return emit_as<uint32_t, IT>(rp, buf, o0);
+      default: return emit_as<uint64_t, IT>(rp, buf, o0);
+    }
+  }
+  template <class VT, class IT>
+  void emit_as(const char* rp, const CT* buf, int64_t o0) const {
+    VT* ov = reinterpret_cast<VT*>(out_v);
+    IT* oi = static_cast<IT*>(out_i);
+    const int64_t kk = k, step = inner;
+    for (int64_t j = 0; j < kk; j++) {
+      const int64_t i = index_of<KT>(buf[j]);
+      const int64_t o = o0 + j * step;
+      std::memcpy(ov + o, rp + i * static_cast<int64_t>(sizeof(VT)), sizeof(VT));
+      oi[o] = static_cast<IT>(i);
     }
   }
 
