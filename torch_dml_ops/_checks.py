@@ -130,7 +130,7 @@ def _byte_span(t: torch.Tensor) -> tuple:
     return (start, start + _extent(t) * t.element_size())
 
 
-#: The most steps :func:`overlap_status` takes before it answers "too hard" (``OVERLAP_TOO_HARD``);
+#: The most steps :func:`_overlap_within` takes before it answers "too hard" (``OVERLAP_TOO_HARD``);
 #: the C++ check (``kOverlapWork``) counts the same steps.
 OVERLAP_WORK = _data.OVERLAP_WORK
 OVERLAP_NO, OVERLAP_YES, OVERLAP_TOO_HARD = 0, 1, 2
@@ -208,10 +208,11 @@ def _solve_bounded(terms: list, rhs: int, max_work: int) -> int:
     return search(0, rhs)
 
 
-def overlap_status(a: torch.Tensor, b: torch.Tensor) -> int:
-    """Whether two strided tensors share a byte of memory: ``OVERLAP_NO``, ``OVERLAP_YES``,
-    or ``OVERLAP_TOO_HARD`` (undecided within ``OVERLAP_WORK`` steps: rare, multi-dimensional
-    views with unrelated strides over one buffer; about 20 ms here).
+def _overlap_within(a: torch.Tensor, a_span: tuple, b: torch.Tensor, b_span: tuple) -> int:
+    """Whether two strided tensors (with their byte spans) share a byte of memory:
+    ``OVERLAP_NO``, ``OVERLAP_YES``, or ``OVERLAP_TOO_HARD`` (undecided within ``OVERLAP_WORK``
+    steps: rare, multi-dimensional views with unrelated strides over one buffer; about 20 ms
+    here).
 
     Exact, not a comparison of byte ranges: ``x[:, ::2]`` and ``x[:, 1::2]`` have intersecting
     ranges and no common element.  A byte of ``a`` is ``start_a + sum(sa * i) + p`` (``p`` below
@@ -219,11 +220,6 @@ def overlap_status(a: torch.Tensor, b: torch.Tensor) -> int:
     q``; they meet when ``sum(sa * i) + p + sum(sb * j) + q == end_b - 1 - start_a``, a bounded
     equation with positive coefficients (:func:`_solve_bounded`; the mirrored equation from
     ``b``'s start is used when its right side is smaller)."""
-    return _overlap_within(a, _byte_span(a), b, _byte_span(b))
-
-
-def _overlap_within(a: torch.Tensor, a_span: tuple, b: torch.Tensor, b_span: tuple) -> int:
-    """:func:`overlap_status` given both byte spans."""
     (a_start, a_end), (b_start, b_end) = a_span, b_span
     if not (a_start < b_end and b_start < a_end):
         return OVERLAP_NO

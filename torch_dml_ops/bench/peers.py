@@ -18,7 +18,7 @@ for the finite data benchmarked here).
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -287,11 +287,3 @@ def hook(peers: List[Peer], device: str):
 
 def versions(peers: List[Peer]) -> Dict[str, str]:
     return {p.name: p.version for p in peers}
-
-
-def optional_version(module: str) -> Optional[str]:
-    try:
-        mod = __import__(module)
-    except Exception:  # noqa: BLE001
-        return None
-    return getattr(mod, "__version__", "?")

@@ -58,7 +58,7 @@ std::pair<uintptr_t, uintptr_t> byte_span(const Tensor& t) {
   return {start, start + static_cast<uintptr_t>(extent(t)) * t.element_size()};
 }
 
-// Whether two strided tensors share a byte (_checks.overlap_status, step for step: the same
+// Whether two strided tensors share a byte (_checks._overlap_within, step for step: the same
 // answers, "too hard" after the same kOverlapWork steps).
 enum Overlap { kOverlapNo = 0, kOverlapYes = 1, kOverlapTooHard = 2 };
 
