@@ -13,9 +13,8 @@
 // exact (NaN payloads, -0.0).
 //
 // Per row (or row segment), the k best so far are kept sorted (k <= kSortedMaxK; a candidate is
-// inserted by a branch-free min/max network, vector min/max on x86, for k <= kNetMaxK in
-// registers, above in memory: insert_wide; else by a shift) or in an unordered buffer cut back
-// to the k best when full; once k are
+// inserted in place, for k <= kNetMaxK by a branch-free min/max network, vector min/max on x86)
+// or in an unordered buffer cut back to the k best when full; once k are
 // held, the k-th best key + 1 is the floor (the scan is in index order, so a later equal key
 // never beats it), and only elements at or above it are candidates.
 // - Until the floor is known: a block of KB at a time, seen as L interleaved groups (element j
@@ -1149,54 +1148,6 @@ InsFn insert_fn() {
   return insert_net_portable<W>;
 }
 
-// insert_net over 8 * n8 entries (kNetMaxK < k <= kSortedMaxK: n8 = ceil(k / 8)), the entries in
-// memory, a vector (or two) at a time, each computed from the old values (new[j] = max(old[j],
-// min(old[j - 1], c))): no branch, no dependency between the vectors, against a search and a
-// shift that mispredict for every candidate (4096x1024 float32 k = 64, ~100 candidates a row:
-// 0.62x the time; k = 32 0.63x, 16384x300 k = 40 0.77x, 32x50257 k = 50 level; AVX-512,
-// measured).  Null without AVX2 (the portable build shifts).
-using InsWideFn = void (*)(uint64_t* a, uint64_t c, int64_t n8);
-#ifdef TDO_X86_SIMD
-TDO_TARGET_AVX512 void insert_wide_avx512(uint64_t* a, uint64_t c, int64_t n8) {
-  const __m512i cv = _mm512_set1_epi64(static_cast<long long>(c));
-  __m512i before = _mm512_set1_epi64(-1);  // the vector before the first: +inf
-  for (int64_t v = 0; v < n8; v++) {
-    const __m512i x = _mm512_loadu_si512(a + 8 * v);
-    const __m512i prev = _mm512_alignr_epi64(x, before, 7);  // [before[7], x[0..6]]
-    _mm512_storeu_si512(a + 8 * v, _mm512_max_epu64(x, _mm512_min_epu64(prev, cv)));
-    before = x;
-  }
-}
-TDO_TARGET_AVX2 void insert_wide_avx2(uint64_t* a, uint64_t c, int64_t n8) {
-  const __m256i sign = _mm256_set1_epi64x(INT64_MIN);
-  const __m256i cv = _mm256_set1_epi64x(static_cast<long long>(c));
-  const __m256i cs = _mm256_xor_si256(cv, sign);
-  __m256i prev_last = _mm256_set1_epi64x(-1);  // as insert_net_avx2
-  for (int64_t g = 0; g < 2 * n8; g++) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 4 * g));
-    const __m256i rot = _mm256_permute4x64_epi64(x, 0x90);
-    const __m256i prev = _mm256_blend_epi32(rot, prev_last, 0x03);
-    prev_last = _mm256_permute4x64_epi64(x, 0xff);
-    const __m256i gt = _mm256_cmpgt_epi64(_mm256_xor_si256(prev, sign), cs);
-    const __m256i lo = _mm256_blendv_epi8(prev, cv, gt);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + 4 * g), max_u64_avx2(x, lo, sign));
-  }
-}
-#endif
-// AVX2 moves half as much a step: past k = 32 it no longer beats the shift (32x50257 k = 50:
-// 1.03-1.07x slower; k = 32 of 1024: 0.77x the time, k = 64: 0.95x, measured).
-InsWideFn insert_wide_fn(int64_t k) {
-#ifdef TDO_X86_SIMD
-  switch (cpu_isa()) {
-    case Isa::Avx512: return insert_wide_avx512;
-    case Isa::Avx2: return k <= 32 ? insert_wide_avx2 : nullptr;
-    default: break;
-  }
-#endif
-  (void)k;
-  return nullptr;
-}
-
 // The W largest of the c composites cs[0, c) (64-bit: 32-bit keys), sorted descending, into
 // out[0, W) (0 past c); W = 8 or 16.  insert_net for each, the entries kept in registers on
 // AVX2 and AVX-512, in two independent chains (even and odd candidates) merged at the end.
@@ -1483,8 +1434,6 @@ struct TopK {
   KeyFn<KT> kf;
   MaskFn<KT> mf;
   InsFn ins;  // insert_net for k <= kNetMaxK (32-bit keys)
-  InsWideFn insw = nullptr;  // kNetMaxK < k <= kSortedMaxK, 32-bit keys (null: shift)
-  int64_t wide8 = 0;         // its vectors of 8 entries
   NetFn net;  // the same over a list of candidates (scan_guess)
   // float32 / int32 rows of 32-bit keys: the native-order pass (scan_native)
   ScalarType native = ScalarType::Undefined;
@@ -1565,7 +1514,7 @@ struct TopK {
     // maximum is below the floor is skipped whole; else a vector compare gives the bit mask of
     // its candidates, and only those are visited.
     int64_t m = 0;
-    clear_net(buf);
+    if (k <= kNetMaxK) std::fill(buf, buf + kNetMaxK, CT(0));  // insert_net's start
     KT floor = 0;
     bool have = false;  // the floor is set
     uint64_t words[KB / 64];
@@ -1642,14 +1591,6 @@ struct TopK {
     return 1;
   }
 
-  // Whether kNetMaxK < k <= kSortedMaxK insert by insert_wide (the composites are uint64_t).
-  bool wide_net() const { return std::is_same_v<CT, uint64_t> && insw != nullptr; }
-  // A span's start for the networks: every entry 0, below every composite.
-  void clear_net(CT* buf) const {
-    if (k <= kNetMaxK) std::fill(buf, buf + kNetMaxK, CT(0));
-    else if (wide_net()) std::fill(buf, buf + 8 * wide8, CT(0));
-  }
-
   // A candidate (its key, its row index): into the k best so far, kept sorted (k <=
   // kSortedMaxK), or into the unordered buffer, cut back to the k best when full.  Keeps floor
   // (the k-th best key + 1, once k are held: `have`); false when no key can be greater.
@@ -1665,9 +1606,6 @@ struct TopK {
           insert_net<kNetMaxK / 2>(buf, c);
         else
           insert_net<kNetMaxK>(buf, c);
-        m = m < k ? m + 1 : k;
-      } else if (wide_net()) {
-        if constexpr (std::is_same_v<CT, uint64_t>) insw(buf, c, wide8);
         m = m < k ? m + 1 : k;
       } else {
         int64_t q = m < k ? m++ : k - 1;
@@ -1805,7 +1743,7 @@ struct TopK {
     KT* lanes = kb + KB;
     V vl[L];
     int64_t m = 0;
-    clear_net(buf);
+    if (k <= kNetMaxK) std::fill(buf, buf + kNetMaxK, CT(0));  // insert_net's start
     KT floor = 0;
     bool have = false;
     V vfloor = nat_lowest<V>();  // with have: no transformed value below it can enter
@@ -2061,10 +1999,6 @@ void run_top_k1(const Tensor& x, int64_t rows, int64_t n, int64_t inner, int64_t
   c.cap = std::max(4 * k, k + 64);
   c.mf = mask_fn<KT>();
   c.ins = half_net(k) ? insert_fn<kNetMaxK / 2>() : insert_fn<kNetMaxK>();
-  if (sizeof(KT) == 4 && k > kNetMaxK && k <= kSortedMaxK) {
-    c.insw = insert_wide_fn(k);
-    c.wide8 = (k + 7) / 8;
-  }
   c.net = half_net(k) ? net_fn<kNetMaxK / 2>() : net_fn<kNetMaxK>();
   c.kf = kf;
   c.mask = largest ? KT(0) : static_cast<KT>(~KT(0));
