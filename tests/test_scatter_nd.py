@@ -565,6 +565,32 @@ def test_scatter_nd_overwrite_into_a_copy_of_wide_rows(dtype, slice_len, into, t
     assert_same(got, scatter_nd_ref(x, i, u, skip_bad=True))
 
 
+@pytest.mark.parametrize("into", ["functional", "in_place"])
+@pytest.mark.usefixtures("portable_path")
+def test_scatter_nd_small_overwrite_keeps_the_last_duplicate_on_two_threads(into):
+    """Duplicates in an overwrite of fewer than SMALL_SCATTER elements, on two threads: the last
+    one wins.  (torch's index_put_ without accumulate runs in parallel on the CPU and keeps any
+    duplicate: the portable path's small scatter relied on it, and failed so on torch 2.14.1.)"""
+    rows = 3000
+    prev = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for seed in range(4):
+            g = torch.Generator().manual_seed(seed)
+            x = make_data((rows, 3), torch.float64, g)
+            i = torch.randint(-rows, rows, (2500, 1), generator=g)
+            i[::7] = i[3]                                # one row, many times
+            u = make_updates(x, i, g)
+            if into == "functional":
+                got = tdo.scatter_nd(x, i, u)
+            else:
+                got = x.clone()
+                tdo.scatter_nd_(got, i, u)
+            assert_same(got, scatter_nd_ref(x, i, u))
+    finally:
+        torch.set_num_threads(prev)
+
+
 @pytest.mark.usefixtures("portable_path")
 @pytest.mark.parametrize("slice_len", [1, 3, 4, 6, 64])
 def test_scatter_nd_rows_move_bits_exactly(slice_len):

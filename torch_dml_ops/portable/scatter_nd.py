@@ -116,8 +116,10 @@ _ORDERED_STEP = {"add": torch.add, "mul": torch.mul, "max": _cpu_max, "min": _cp
 
 
 #: Below this many updated elements one index_put_ call scatters: it wraps negative indices and
-#: range-checks in C++, and on the CPU torch runs it in one thread under its parallel grain size
-#: (32768), in index order, so duplicates resolve to the last one and rows never mix.
+#: range-checks in C++.  With accumulate (reduction "add") torch runs it in one thread on the CPU,
+#: in index order, so the sums round as the C++ kernel's do; an overwrite it runs in parallel and
+#: keeps any duplicate (measured on torch 2.13 and 2.14.1, two threads), so an overwrite takes it
+#: only for a single tuple (the KV-cache row), which has none.
 SMALL_SCATTER = 16384
 
 
@@ -182,7 +184,8 @@ def _scatter_checked(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
         report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
     rows, slice_len = lay.rows, lay.slice_len      # no batch dims in a scatter: rows = prod(sizes)
     # (CPU only: CUDA's index_put_ keeps any duplicate, even mixing rows, and adds in any order)
-    small = (n_tuples * slice_len <= SMALL_SCATTER and reduction in ("none", "add")
+    small = (n_tuples * slice_len <= SMALL_SCATTER
+             and (reduction == "add" or (reduction == "none" and n_tuples == 1))
              and dst.dtype != torch.bool and torch_checks_bounds(dst))
     if small:
         # index_put_ checks each dimension (unless nothing moves)
