@@ -223,6 +223,11 @@ void ge_masks(const KT* kb, int64_t len, KT t, uint64_t* words) {
 }
 
 #ifdef TDO_X86_SIMD
+// The sign bits of a vector of eight 32-bit lanes (a compare's result).
+TDO_TARGET_AVX2 [[gnu::always_inline]] inline uint32_t lane_bits_avx2(__m256i m) {
+  return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(m)));
+}
+
 // ge_masks with vector compares; KT uint32_t or uint64_t.
 template <class KT>
 TDO_TARGET_AVX2 void ge_masks_avx2(const KT* kb, int64_t len, KT t, uint64_t* words) {
@@ -241,7 +246,7 @@ TDO_TARGET_AVX2 void ge_masks_avx2(const KT* kb, int64_t len, KT t, uint64_t* wo
       const __m256i lt = wide ? _mm256_cmpgt_epi64(tv, a) : _mm256_cmpgt_epi32(tv, a);
       const uint32_t m =
           static_cast<uint32_t>(wide ? _mm256_movemask_pd(_mm256_castsi256_pd(lt))
-                                     : _mm256_movemask_ps(_mm256_castsi256_ps(lt)));
+                                     : lane_bits_avx2(lt));
       b |= static_cast<uint64_t>(~m & ((1u << per) - 1)) << (v * per);
     }
     words[w] = b;
@@ -480,7 +485,7 @@ TDO_TARGET_AVX2 void nat_masks_avx2(const V* p, int64_t len, V t, uint64_t* word
         // x >= t is not (t > x); increasing: ~x >= t is x <= ~t, not (x > ~t)
         const __m256i gt = Inc ? _mm256_cmpgt_epi32(x, _mm256_set1_epi32(~t))
                                : _mm256_cmpgt_epi32(_mm256_set1_epi32(t), x);
-        m = ~static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(gt))) & 0xffu;
+        m = ~lane_bits_avx2(gt) & 0xffu;
       }
       b |= static_cast<uint64_t>(m) << (v * 8);
     }
@@ -583,7 +588,7 @@ TDO_TARGET_AVX2 int64_t nat_next_avx2(const V* p, int64_t from, int64_t len, V t
         const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j + 8 * i));
         const __m256i gt = Inc ? _mm256_cmpgt_epi32(x, _mm256_set1_epi32(~t))
                                : _mm256_cmpgt_epi32(_mm256_set1_epi32(t), x);
-        b = ~static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(gt))) & 0xffu;
+        b = ~lane_bits_avx2(gt) & 0xffu;
       }
       m |= static_cast<uint64_t>(b) << (8 * i);
     }
@@ -900,11 +905,6 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
                                                 _mm512_max_epi32(a[2], a[3])));
   }
   return nat_guess_tail<V, Inc, Ties>(p, full, len, t, lanes, idx, cnt, cap, eq, neq, eqcap);
-}
-
-// The sign bits of a vector of eight 32-bit lanes (a compare's result).
-TDO_TARGET_AVX2 [[gnu::always_inline]] inline uint32_t lane_bits_avx2(__m256i m) {
-  return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(m)));
 }
 
 template <class V, bool Inc, bool Ties>
