@@ -106,8 +106,8 @@ def _data_text() -> str:
     d = _plain_data(DATA_FILE)
     scalar = {name: enum for name, enum, _, _ in d["DTYPES"]}
     rows = "".join(f"    {{ScalarType::{enum}, {json.dumps('torch.' + name)}, "
-                   f"{json.dumps(dml_name)}, {'true' if dml else 'false'}}},\n"
-                   for name, enum, dml_name, dml in d["DTYPES"])
+                   f"{json.dumps(dml_name)}}},\n"
+                   for name, enum, dml_name, _ in d["DTYPES"])
 
     def dtypes(names):
         return ", ".join(f"ScalarType::{scalar[n]}" for n in names)
@@ -115,32 +115,21 @@ def _data_text() -> str:
     def strings(xs):
         return ", ".join(json.dumps(x) for x in xs)
 
-    def level(name):
-        return f"Level::L{name}"
-    levels = d["FEATURE_LEVELS"]
     return (f"constexpr int64_t kNoError = {d['NO_ERROR']}LL;\n"
             f"constexpr int kMaxThreads = {d['MAX_THREADS']};\n"
             f"constexpr int64_t kOverlapWork = {d['OVERLAP_WORK']};\n"
+            f"constexpr const char* kPermissiveName = {json.dumps(d['PERMISSIVE_NAME'])};\n"
             "struct DtypeRow {\n  ScalarType t;\n  const char* torch_name;\n"
-            "  const char* dml_name;\n  bool dml;  // DirectML has it (every level)\n};\n"
+            "  const char* dml_name;\n};\n"
             f"constexpr DtypeRow kDtypes[] = {{\n{rows}}};\n"
             f"constexpr ScalarType kIndexDtypes[] = {{{dtypes(d['INDEX_DTYPES'])}}};\n"
-            f"constexpr ScalarType kIndexDtypes2_1[] = {{{dtypes(d['INDEX_DTYPES_2_1'])}}};\n"
             f"constexpr ScalarType kTopkIndexDtypes[] = {{{dtypes(d['TOPK_INDEX_DTYPES'])}}};\n"
-            # the feature levels, oldest first, then the permissive default
-            f"enum class Level {{ {', '.join('L' + x for x in levels)}, Permissive }};\n"
-            f"constexpr const char* kLevelNames[] = {{{strings(levels)}}};\n"
-            + "".join(f"constexpr Level kFullRankFrom_{op} = {level(x)};\n"
-                      for op, x in d["FULL_RANK_FROM"].items())
-            + f"constexpr Level kBatchDimsFrom = {level(d['BATCH_DIMS_FROM'])};\n"
-            f"constexpr int64_t kFullRank[2] = {{{d['FULL_RANK'][0]}, {d['FULL_RANK'][1]}}};\n"
-            f"constexpr int64_t kOldRank[2] = {{{d['OLD_RANK'][0]}, {d['OLD_RANK'][1]}}};\n"
             f"constexpr const char* kReductionNames[] = {{{strings(d['REDUCTIONS'])}}};\n"
             f"constexpr const char* kDirectionNames[] = {{{strings(d['DIRECTIONS'])}}};\n"
             # the rules' messages (fill() in checks.cpp, as Python's str.format)
             "namespace msg {\n"
             + "".join(f"constexpr const char* {key} = {json.dumps(text)};\n"
-                      for key, text in d["MESSAGES"].items())
+                      for key, text in d["MESSAGES"].items() if key not in d["LEVEL_MESSAGES"])
             + "}  // namespace msg\n")
 
 

@@ -5,7 +5,10 @@ The reference is the public function on the portable path: for each rule the C++
 must raise the same message, as the exception type a C++ kernel can raise (``ValueError`` where
 the public function raises ConstraintError or ConstraintTypeError, ``IndexError`` for index
 values and the axis, ``RuntimeError`` for memory overlap and storage), and the failing call must
-modify nothing (values and version counters of every tensor it was given).  The public function
+modify nothing (values and version counters of every tensor it was given).  A call at a DirectML
+feature level is checked by the op's Autograd kernel in Python before it reaches C++ (the C++
+kernels keep the rules safety needs and ignore the level): where that check refuses it, the
+exception is the public function's own.  The public function
 never passes a non-canonical feature level; for those the portable kernel through ``torch.ops``
 is the reference.
 
@@ -91,7 +94,11 @@ def same_error(case):
     _unchanged(state, "C++ entry point")
     # A call with a meta tensor dispatches to the fake kernel (Python), never to the CPU one.
     meta = any(t.device.type == "meta" for t in tensors)
-    want_type = type(want.value) if meta else cpp_type(want.value)
+    # At a level the Autograd kernel's Python checks refuse what they cover (ConstraintError,
+    # ConstraintTypeError and ConstraintIndexError are ValueErrors); the rest is C++'s.
+    python = getattr(entry, "level", "permissive") != "permissive" and isinstance(
+        want.value, (ValueError, TypeError)) and not isinstance(want.value, RuntimeError)
+    want_type = type(want.value) if meta or python else cpp_type(want.value)
     assert type(got.value) is want_type, \
         f"{type(got.value).__name__}: {got.value} (public: {type(want.value).__name__})"
     assert str(got.value) == str(want.value)
@@ -113,6 +120,7 @@ def gather(x, i, b=0, ci=None, cq=None, level="permissive", out=None, check=True
         if out is None:
             return OPS.gather_nd.default(x, i, b, ci, cq, level, check)
         return OPS.gather_nd_out.default(x, i, b, ci, cq, level, check, out=out)
+    entry.level = level
     return public, entry, [t for t in (x, i, out) if isinstance(t, torch.Tensor)]
 
 
@@ -139,6 +147,7 @@ def scatter(x, i, u, reduction="none", ci=None, cq=None, level="permissive", var
         if out is not None:
             return OPS.scatter_nd_out.default(x, i, u, *args, out=out)
         return OPS.scatter_nd.default(x, i, u, *args)
+    entry.level = level
     return public, entry, [t for t in (x, i, u, out) if isinstance(t, torch.Tensor)]
 
 
@@ -149,6 +158,7 @@ def top_k1(x, k, axis=-1, direction="decreasing", index_dtype=torch.int64, level
 
     def entry():
         return OPS.top_k1.default(x, k, axis, direction, index_dtype, level)
+    entry.level = level
     return public, entry, [x]
 
 
@@ -358,6 +368,28 @@ def test_non_canonical_feature_level_raises_like_the_portable_kernel(level):
                  through_ops("top_k1", x, 1, -1, "decreasing", None, level)):
         msg = same_error(case)
         assert f"feature_level argument {level!r} is not a canonical feature level" in msg
+
+
+def test_cpp_kernels_leave_the_levels_to_python():
+    """The C++ kernels keep the rules safety needs and ignore feature_level: the levels' limits
+    are checked once, in Python, by the Autograd kernel a torch.ops call from Python passes
+    through.  Under inference mode (no Autograd kernel) or from C++, a call at a level runs as
+    at the permissive default, and is still refused where it would be unsafe."""
+    x, i, u = f32(4, 3), ix([[1], [-1]]), f32(2, 3)      # int64 indices: refused at 2_1
+    calls = {"gather_nd": lambda lvl: OPS.gather_nd.default(x, i, 0, None, None, lvl, True),
+             "scatter_nd": lambda lvl: OPS.scatter_nd.default(x, i, u, "add", None, None, lvl,
+                                                              True, False),
+             "top_k1": lambda lvl: OPS.top_k1.default(x, 2, -1, "decreasing", None, lvl)}
+    for name, call in calls.items():
+        with pytest.raises(tdo.ConstraintError, match="DML_FEATURE_LEVEL_2_1"):
+            call("2_1")
+        with torch.inference_mode():
+            got, want = call("2_1"), call("permissive")
+        for g, w in zip(got if isinstance(got, tuple) else (got,),
+                        want if isinstance(want, tuple) else (want,)):
+            assert torch.equal(g, w), name
+    with torch.inference_mode(), pytest.raises(IndexError, match="value 4 at position"):
+        OPS.gather_nd.default(x, ix([[4]]), 0, None, None, "2_1", True)
 
 
 @pytest.mark.parametrize("case", ["too_large", "negative", "uint32", "uint64", "batch"])

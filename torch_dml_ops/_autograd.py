@@ -27,8 +27,10 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from ._backend import backend_key, eager_keyset
+from ._checks import raise_documented
 from ._compat import (apply_through_functorch, below_autograd_guard, forward_ad_active,
                       forward_ad_level_open, function_applier, functorch_active, redispatcher)
+from ._levels import PERMISSIVE
 from ._library import NAMESPACE, lib
 
 
@@ -77,6 +79,27 @@ def defaults_filler(schema) -> Callable:
         return tuple(args) + tuple(kwargs[name] if name in kwargs else default
                                    for name, default in params[len(args):])
     return fill
+
+
+class LevelRules:
+    """The feature level's rules for the ``torch.ops`` callers of one op: the C++ kernels ignore
+    ``feature_level`` (csrc/checks.h: they keep only the rules memory safety needs), so an op's
+    Autograd kernel runs the Python checks (``check``, on the op's positional arguments) for a
+    call at a DirectML level before the call reaches a kernel.  At the permissive default it
+    costs one comparison.  (The public functions check before they call; the fake kernels when
+    compiling and exporting.)"""
+
+    def __init__(self, schema, check: Callable) -> None:
+        self.at = [a.name for a in schema.arguments].index("feature_level")
+        self.check = check
+        self.fill = defaults_filler(schema)
+
+    def __call__(self, args, kwargs) -> None:
+        at = self.at
+        # (a plain call's arguments arrive without their defaults: args shorter, kwargs empty)
+        if (args[at] != PERMISSIVE if len(args) > at
+                else kwargs and kwargs.get("feature_level", PERMISSIVE) != PERMISSIVE):
+            raise_documented(lambda: self.check(*self.fill(args, kwargs)))
 
 
 class _Const:
@@ -142,10 +165,12 @@ class Differentiable:
     """
 
     def __init__(self, opname: str, function: type, prepare: Optional[Callable] = None,
-                 n_tensors: int = 1) -> None:
+                 n_tensors: int = 1, check: Optional[Callable] = None) -> None:
         self.op = getattr(getattr(torch.ops, NAMESPACE), opname).default
         self.function = function
         self.prepare = prepare
+        # check: the op's Python checks (LevelRules), for an op with a feature_level
+        self._levels = LevelRules(self.op._schema, check) if check is not None else None
         self.n_tensors = n_tensors          # the leading tensor arguments
         # Outside torch.func transforms: the plain Function, without torch's Python wrapper.
         self._apply = function_applier(getattr(function, "plain"), n_tensors)
@@ -186,6 +211,9 @@ class Differentiable:
         return self._apply(*args)
 
     def _kernel(self, *args, **kwargs):
+        levels = self._levels
+        if levels is not None and (len(args) > levels.at or kwargs):
+            levels(args, kwargs)
         tensors = args[:self.n_tensors]
         if derivative_needed(tensors):
             args = self._fill(args, kwargs)
@@ -202,9 +230,10 @@ class OutOverload:
     """An ``out=`` overload: its Autograd kernel refuses autograd, like torch's ``out=``
     functions; ``call`` is how the public functions invoke it."""
 
-    def __init__(self, opname: str, public_name: str, n_tensors: int) -> None:
+    def __init__(self, opname: str, public_name: str, n_tensors: int, check: Callable) -> None:
         self.op = getattr(getattr(torch.ops, NAMESPACE), opname).default
         self.public_name = public_name
+        self._levels = LevelRules(self.op._schema, check)
         self.n_tensors = n_tensors          # the leading tensor arguments (out aside)
         self._redispatch = redispatcher(self.op)
         lib.impl(opname, self._kernel, "Autograd")
@@ -215,6 +244,7 @@ class OutOverload:
             f"differentiation, but one of the arguments requires grad.")
 
     def _kernel(self, *args, **kwargs):
+        self._levels(args, kwargs)      # (kwargs holds out)
         tensors = (kwargs["out"],) + args[:self.n_tensors]
         self.refuse_grad(tensors)
         return below_autograd(self.op, self._redispatch, tensors, args, kwargs)

@@ -41,6 +41,9 @@ OVERLAP_WORK = 1 << 14
 #: DirectML feature levels whose tables are enforced, oldest first; "permissive" (no level's
 #: limits) is the default.
 FEATURE_LEVELS = ("2_1", "3_0", "3_1")
+#: The permissive level as the messages name it (the only level the C++ kernels know: the
+#: levels' limits are checked in Python, _checks).
+PERMISSIVE_NAME = "permissive default"
 #: The level from which each op's DimensionCount is FULL_RANK (min, max); before it, OLD_RANK
 #: (spec DML_GATHER_ND.md, DML_SCATTER_ND.md, DML_TOP_K1.md "Tensor support").
 FULL_RANK_FROM = {"gather_nd": "3_0", "scatter_nd": "3_0", "top_k1": "3_1"}
@@ -180,3 +183,7 @@ MESSAGES = {
                          "one of them"),
     "layout": "sizes {sizes}, strides {strides}, storage offset {offset}, {itemsize}-byte elements",
 }
+#: The messages of a feature level's limits: policy, not memory safety, so checked by the Python
+#: layer alone (the C++ kernels ignore feature_level; setup.py leaves these out of their copy).
+LEVEL_MESSAGES = ("index_dtype_hint", "dml_rank_range", "natural_rank", "level_argument",
+                  "batch_dims_level", "reduction_level", "topk_index_level")

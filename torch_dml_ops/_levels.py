@@ -91,7 +91,7 @@ def level_at_least(level: str, minimum: str) -> bool:
 
 
 def level_name(level: str) -> str:
-    return "permissive default" if level == PERMISSIVE else f"DML_FEATURE_LEVEL_{level}"
+    return _data.PERMISSIVE_NAME if level == PERMISSIVE else f"DML_FEATURE_LEVEL_{level}"
 
 
 def check_level_argument(level: str) -> None:

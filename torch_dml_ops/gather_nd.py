@@ -21,7 +21,7 @@ from . import _autograd, _backend, _subclass
 from ._checks import (as_int, check_bool, check_gather_nd, check_out, check_out_meta,
                       check_tensors, raise_documented)
 from ._forms import backward_layout, indexed_sizes
-from ._levels import _state
+from ._levels import PERMISSIVE, _state
 from ._inductor_fixes import lower_storage_offset
 from ._library import document, lib
 from ._tables import SIGNED_INDEX_DTYPES
@@ -146,12 +146,13 @@ torch.library.register_fake("torch_dml_ops::gather_nd_backward", _gather_nd_back
 # torch.library.register_autograd); indices are not differentiable.
 GATHER_ND = _autograd.Differentiable("gather_nd", _autograd.make_function(
     "GatherND", torch.ops.torch_dml_ops.gather_nd.default, _gather_nd_setup_context,
-    _gather_nd_backward, _gather_nd_jvp, n_tensors=2), n_tensors=2)
+    _gather_nd_backward, _gather_nd_jvp, n_tensors=2), n_tensors=2, check=check_gather_nd)
 GATHER_ND_BACKWARD = _autograd.Differentiable("gather_nd_backward", _autograd.make_function(
     "GatherNDBackward", torch.ops.torch_dml_ops.gather_nd_backward.default,
     _gather_nd_backward_setup_context, _gather_nd_backward_backward, _gather_nd_backward_jvp,
     n_tensors=2), n_tensors=2)
-GATHER_ND_OUT = _autograd.OutOverload("gather_nd_out", "gather_nd", n_tensors=2)
+GATHER_ND_OUT = _autograd.OutOverload("gather_nd_out", "gather_nd", n_tensors=2,
+                                      check=check_gather_nd)
 
 
 def _gather_nd_vmap(info, in_dims, input, indices, batch_dims=0, input_dimension_count=None,
@@ -260,6 +261,10 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
         check_bool("gather_nd", "check_indices", check_indices)
     args = (input, indices, batch_dims, input_dimension_count, indices_dimension_count, level,
             check_indices)
+    if level != PERMISSIVE and not torch.compiler.is_compiling():
+        # A DirectML level's limits are checked here alone (the C++ kernels ignore the level;
+        # compiled calls: the fake kernel).
+        raise_documented(lambda: _check_call(*args, out))
     try:
         if out is None:
             return GATHER_ND.call_public(*args)
@@ -267,18 +272,22 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
         GATHER_ND_OUT.call((input, indices, out), *args, out=out)
         return out
     except Exception:
-        # The kernel refused the call (it checks every rule itself).  The Python checks raise
-        # the documented exception for it, with the same message (ConstraintTypeError is a
-        # TypeError, which a C++ kernel cannot raise); a refusal they do not cover (a bad index)
-        # propagates as it is.  They cost nothing on calls that succeed.
-        def check():
-            lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
-                                  indices_dimension_count, level, check_indices)
-            if out is not None:
-                check_out("gather_nd", out, lay.out_shape, input.dtype, input.device,
-                          (("InputTensor", input), ("IndicesTensor", indices)))
-        raise_documented(check)
+        # The kernel refused the call (it checks every rule it needs itself).  The Python checks
+        # raise the documented exception for it, with the same message (ConstraintTypeError is
+        # a TypeError, which a C++ kernel cannot raise); a refusal they do not cover (a bad
+        # index) propagates as it is.  They cost nothing on calls that succeed.
+        raise_documented(lambda: _check_call(*args, out))
         raise
+
+
+def _check_call(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
+                level, check_indices, out) -> None:
+    """The Python checks of a public call (raise_documented runs them)."""
+    lay = check_gather_nd(input, indices, batch_dims, input_dimension_count,
+                          indices_dimension_count, level, check_indices)
+    if out is not None:
+        check_out("gather_nd", out, lay.out_shape, input.dtype, input.device,
+                  (("InputTensor", input), ("IndicesTensor", indices)))
 
 
 # Docstrings for torch.ops.torch_dml_ops.* (help() on the dispatcher's objects).

@@ -27,7 +27,7 @@ from ._checks import (check_bool, check_out, check_out_meta, check_scatter_nd, c
                       raise_documented)
 from ._forms import GatherLayout, gather_layout
 from ._inductor_fixes import lower_storage_offset
-from ._levels import _state
+from ._levels import PERMISSIVE, _state
 from ._types import Reduction
 from ._library import document, lib
 from .gather_nd import GATHER_ND, tuples_in_range
@@ -251,6 +251,8 @@ def _scatter_nd_inplace_autograd(input, indices, updates, *args, **kwargs):
     """Autograd key of the in-place op: record it when the target or the updates require grad
     (a leaf that requires grad is refused, as by torch's in-place ops); otherwise run below
     autograd."""
+    if len(args) > _INPLACE_LEVELS.at - 3 or kwargs:       # a level may be given
+        _INPLACE_LEVELS((input, indices, updates) + args, kwargs)
     if _autograd.derivative_needed((input, updates)):
         _check_in_place_grad(input, updates)
         args = _INPLACE_FILL((input, indices, updates) + args, kwargs)
@@ -287,11 +289,14 @@ torch.library.register_fake("torch_dml_ops::scatter_nd_", _scatter_nd_inplace_fa
 SCATTER_ND = _autograd.Differentiable("scatter_nd", _autograd.make_function(
     "ScatterND", torch.ops.torch_dml_ops.scatter_nd.default, _scatter_nd_setup_context,
     _scatter_nd_backward, _scatter_nd_jvp, n_tensors=3), prepare=_last_wins,
-    n_tensors=3)
-SCATTER_ND_OUT = _autograd.OutOverload("scatter_nd_out", "scatter_nd", n_tensors=3)
+    n_tensors=3, check=check_scatter_nd)
+SCATTER_ND_OUT = _autograd.OutOverload("scatter_nd_out", "scatter_nd", n_tensors=3,
+                                       check=check_scatter_nd)
 _INPLACE_OP = torch.ops.torch_dml_ops.scatter_nd_.default
 _INPLACE_REDISPATCH = _compat.redispatcher(_INPLACE_OP)
 _INPLACE_FILL = _autograd.defaults_filler(_INPLACE_OP._schema)
+_INPLACE_LEVELS = _autograd.LevelRules(
+    _INPLACE_OP._schema, lambda *args: _check_call(*args, op="scatter_nd_"))
 lib.impl("scatter_nd_", _scatter_nd_inplace_autograd, "Autograd")
 
 
@@ -431,6 +436,9 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         check_bool("scatter_nd", "check_indices", check_indices)
     args = (input, indices, updates, reduction, input_dimension_count, indices_dimension_count,
             level, check_indices, False)
+    if level != PERMISSIVE and not torch.compiler.is_compiling():
+        # a DirectML level's limits: here alone (see gather_nd)
+        raise_documented(lambda: _check_call(*args, out=out))
     try:
         if out is None:
             return SCATTER_ND.call_public(*args)
@@ -439,15 +447,24 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         return out
     except Exception:
         # The documented exception for a refused call, with the kernel's message (see gather_nd).
-        def check():
-            check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                             indices_dimension_count, level, check_indices, False)
-            if out is not None:
-                check_out("scatter_nd", out, input.shape, input.dtype, input.device,
-                          (("InputTensor", input), ("IndicesTensor", indices),
-                           ("UpdatesTensor", updates)))
-        raise_documented(check)
+        raise_documented(lambda: _check_call(*args, out=out))
         raise
+
+
+def _check_call(input, indices, updates, reduction, input_dimension_count,
+                indices_dimension_count, level, check_indices, deterministic, *, out=None,
+                op="scatter_nd") -> None:
+    """The Python checks of a public call (raise_documented runs them); op "scatter_nd_": the
+    in-place call, whose target is ``input``."""
+    check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
+                     indices_dimension_count, level, check_indices, deterministic, op=op)
+    if op == "scatter_nd_":
+        check_out(op, input, input.shape, input.dtype, input.device,
+                  (("IndicesTensor", indices), ("UpdatesTensor", updates)),
+                  name="InputTensor (the in-place target)")
+    elif out is not None:
+        check_out(op, out, input.shape, input.dtype, input.device,
+                  (("InputTensor", input), ("IndicesTensor", indices), ("UpdatesTensor", updates)))
 
 
 def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor,
@@ -473,6 +490,9 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
         check_bool("scatter_nd_", "check_indices", check_indices)
     args = (input, indices, updates, reduction, input_dimension_count, indices_dimension_count,
             level, check_indices, False)
+    if level != PERMISSIVE and not torch.compiler.is_compiling():
+        # a DirectML level's limits: here alone (see gather_nd)
+        raise_documented(lambda: _check_call(*args, op="scatter_nd_"))
     try:
         redispatch, keyset = _INPLACE_REDISPATCH, None
         if redispatch is not None and not _autograd.derivative_needed((input, indices, updates)):
@@ -489,14 +509,7 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
             if refused is not None:
                 raise refused from exc
         # The documented exception for a refused call, with the kernel's message (see gather_nd).
-        def check():
-            check_scatter_nd(input, indices, updates, reduction, input_dimension_count,
-                             indices_dimension_count, level, check_indices, False,
-                             op="scatter_nd_")
-            check_out("scatter_nd_", input, input.shape, input.dtype, input.device,
-                      (("IndicesTensor", indices), ("UpdatesTensor", updates)),
-                      name="InputTensor (the in-place target)")
-        raise_documented(check)
+        raise_documented(lambda: _check_call(*args, op="scatter_nd_"))
         raise
 
 

@@ -81,13 +81,19 @@ def _top_k1_jvp(ctx, input_t, *_):
     return input_t.gather(ctx.axis, indices.to(torch.int64)), None
 
 
+def _check_top_k1_args(input, k, axis, direction, index_dtype, level) -> None:
+    """check_top_k1 on the op's arguments (index_dtype None is int64)."""
+    check_top_k1(input, k, axis, direction, torch.int64 if index_dtype is None else index_dtype,
+                 level)
+
+
 # Shapes without data: FakeTensor, meta, torch.compile, torch.export.
 torch.library.register_fake("torch_dml_ops::top_k1", _top_k1_fake, lib=lib)
 # Gradient w.r.t. the input values, both modes, any order (the indices output is an integer
 # tensor: not differentiable).
 TOP_K1 = _autograd.Differentiable("top_k1", _autograd.make_function(
     "TopK1", torch.ops.torch_dml_ops.top_k1.default, _top_k1_setup_context, _top_k1_backward,
-    _top_k1_jvp), n_tensors=1)
+    _top_k1_jvp), n_tensors=1, check=_check_top_k1_args)
 
 
 def _top_k1_vmap(info, in_dims, input, k, axis=-1, direction="decreasing",
@@ -167,16 +173,17 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
     if _compat.AOTI_MISREADS_DTYPE_ARGS and level == PERMISSIVE and _compat.exporting():
         # No dtype argument in an exported graph on torch 2.10 (_compat): the op's int64
         # indices, then a cast, exact once the rules (checked here) hold.
-        check_top_k1(input, k, axis, d, torch.int64 if index_dtype is None else index_dtype,
-                     level)
+        _check_top_k1_args(input, k, axis, d, index_dtype, level)
         v, i = TOP_K1.call_public(input, k, axis, d, None, level)
         return TopK1Result(v, i if index_dtype in (None, torch.int64) else i.to(index_dtype))
+    if level != PERMISSIVE and not torch.compiler.is_compiling():
+        # a DirectML level's limits: checked here alone (see gather_nd)
+        raise_documented(lambda: _check_top_k1_args(input, k, axis, d, index_dtype, level))
     try:
         return TopK1Result(*TOP_K1.call_public(input, k, axis, d, index_dtype, level))
     except Exception:
         # The documented exception for a refused call, with the kernel's message (see gather_nd).
-        raise_documented(lambda: check_top_k1(
-            input, k, axis, d, torch.int64 if index_dtype is None else index_dtype, level))
+        raise_documented(lambda: _check_top_k1_args(input, k, axis, d, index_dtype, level))
         raise
 
 

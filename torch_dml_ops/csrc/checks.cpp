@@ -19,10 +19,9 @@ const DtypeRow* find_dtype(ScalarType t) {
   return nullptr;
 }
 
-std::string type_list(bool dml_only) {
+std::string type_list() {
   std::string s;
   for (const auto& r : kDtypes) {
-    if (dml_only && !r.dml) continue;
     if (!s.empty()) s += ", ";
     s += r.torch_name + 6;  // drop "torch."
   }
@@ -32,14 +31,6 @@ std::string type_list(bool dml_only) {
 template <size_t N>
 bool in(ScalarType t, const ScalarType (&dtypes)[N]) {
   return std::find(std::begin(dtypes), std::end(dtypes), t) != std::end(dtypes);
-}
-
-// (min, max) DimensionCount at `level`, or nothing at the permissive level.
-std::optional<std::pair<int64_t, int64_t>> dimension_count_rule(Level level,
-                                                                Level full_rank_from) {
-  if (level == Level::Permissive) return std::nullopt;
-  const int64_t* r = level_at_least(level, full_rank_from) ? kFullRank : kOldRank;
-  return std::make_pair(r[0], r[1]);
 }
 
 int64_t extent(const Tensor& t) {
@@ -258,70 +249,19 @@ std::string dtype_list(const ScalarType* begin, const ScalarType* end) {
   return s;
 }
 
-Level parse_level(std::string_view level) {
-  constexpr int n = static_cast<int>(std::size(kLevelNames));
-  static_assert(static_cast<int>(Level::Permissive) == n);
-  for (int i = 0; i < n; i++)
-    if (level == kLevelNames[i]) return static_cast<Level>(i);
-  if (level == "permissive") return Level::Permissive;
-  std::string levels;
-  for (const char* name : kLevelNames) levels += cat(levels.empty() ? "" : ", ", name);
-  value_error(fill(msg::level_argument, {{"level", py_repr(level)}, {"levels", levels}}));
-}
-
-std::string level_name(Level level) {
-  if (level == Level::Permissive) return "permissive default";
-  return cat("DML_FEATURE_LEVEL_", kLevelNames[static_cast<int>(level)]);
-}
-
-void check_data_dtype(const char* op, const char* tensor_name, ScalarType dtype, Level level) {
-  const DtypeRow* r = find_dtype(dtype);
-  bool dml_only = level != Level::Permissive;
-  if (r && (r->dml || !dml_only)) return;
+void check_data_dtype(const char* op, const char* tensor_name, ScalarType dtype) {
+  if (find_dtype(dtype)) return;
   value_error(fill(msg::data_dtype, {{"op", op}, {"name", tensor_name}, {"dtype", dtype_name(dtype)},
-                                     {"dml_type", dml_type_name(dtype)},
-                                     {"level", level_name(level)},
-                                     {"supported", type_list(dml_only)}}));
+                                     {"dml_type", dml_type_name(dtype)}, {"level", kPermissiveName},
+                                     {"supported", type_list()}}));
 }
 
-void check_index_dtype(const char* op, const char* tensor_name, ScalarType dtype, Level level) {
-  const bool old = level == Level::L2_1;
-  const bool any = in(dtype, kIndexDtypes);
-  if (old ? in(dtype, kIndexDtypes2_1) : any) return;
+void check_index_dtype(const char* op, const char* tensor_name, ScalarType dtype) {
+  if (in(dtype, kIndexDtypes)) return;
   value_error(fill(msg::index_dtype,
                    {{"op", op}, {"name", tensor_name}, {"dtype", dtype_name(dtype)},
-                    {"dml_type", dml_type_name(dtype)}, {"level", level_name(level)},
-                    {"supported", old ? dtype_list(kIndexDtypes2_1) : dtype_list(kIndexDtypes)},
-                    {"hint", old && any ? msg::index_dtype_hint : ""}}));
-}
-
-static std::string dimension_count_text(const std::pair<int64_t, int64_t>& rule) {
-  return rule.first == rule.second ? cat(rule.first) : cat(rule.first, " to ", rule.second);
-}
-
-void check_dml_dimension_count(const char* op, const std::vector<const char*>& names,
-                               const Shape& ranks, Level level, Level full_rank_from) {
-  for (size_t i = 1; i < names.size(); i++)
-    if (ranks[i] != ranks[0])
-      value_error(fill(msg::dml_rank_equal, {{"op", op}, {"name", names[i]}, {"first", names[0]},
-                                             {"rank", ranks[0]}, {"got", ranks[i]}}));
-  auto rule = dimension_count_rule(level, full_rank_from);
-  if (rule && !(rule->first <= ranks[0] && ranks[0] <= rule->second))
-    value_error(fill(msg::dml_rank_range,
-                     {{"op", op}, {"name", names[0]}, {"want", dimension_count_text(*rule)},
-                      {"level", level_name(level)}, {"got", ranks[0]}}));
-}
-
-void check_natural_ranks(const char* op, const std::vector<const char*>& names,
-                         const Shape& ranks, Level level, Level full_rank_from) {
-  auto rule = dimension_count_rule(level, full_rank_from);
-  if (!rule) return;
-  for (size_t i = 0; i < names.size(); i++)
-    if (ranks[i] > rule->second)
-      value_error(fill(msg::natural_rank,
-                       {{"op", op}, {"name", names[i]}, {"rank", ranks[i]},
-                        {"level", level_name(level)}, {"want", dimension_count_text(*rule)},
-                        {"most", rule->second}}));
+                    {"dml_type", dml_type_name(dtype)}, {"level", kPermissiveName},
+                    {"supported", dtype_list(kIndexDtypes)}, {"hint", ""}}));
 }
 
 namespace {

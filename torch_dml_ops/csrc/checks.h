@@ -1,7 +1,12 @@
-// The C++ kernels' own checks: every rule the Python validation layer (torch_dml_ops/_checks.py)
-// enforces, with the same messages, so that a kernel called from C++ or through torch.ops with
-// any arguments raises a clear error and never reads or writes out of bounds.  The rules' tables
-// and messages come from torch_dml_ops/_data.py (tdo_data.inc: msg::*, filled by fill()).
+// The C++ kernels' own checks: every rule a kernel needs to run safely (devices, dtypes it
+// can run, shapes, layouts, storage, overlap, index values), with the Python layer's messages
+// (torch_dml_ops/_checks.py), so that a kernel called from C++ or through torch.ops with any
+// arguments raises a clear error and never reads or writes out of bounds.  The DirectML
+// feature levels' limits (dtypes, DimensionCounts, batch_dims, reductions, index types per
+// level) are policy, not safety: they live in Python alone (_checks), which runs them before a
+// kernel is reached (the public functions, the Autograd kernels of torch.ops, the fake kernels
+// when compiling or exporting); the kernels ignore feature_level.  The rules' tables and
+// messages come from torch_dml_ops/_data.py (tdo_data.inc: msg::*, filled by fill()).
 #pragma once
 
 #include <initializer_list>
@@ -11,17 +16,8 @@
 namespace tdo {
 
 // ------------------------------------------------------------------------------------------
-// Feature levels (torch_dml_ops/_levels.py)
+// Dtypes
 // ------------------------------------------------------------------------------------------
-
-// enum class Level (oldest first, then Permissive): generated from _data.FEATURE_LEVELS.
-
-// The op's feature_level argument (a canonical name), else a ValueError.
-Level parse_level(std::string_view level);
-std::string level_name(Level level);
-inline bool level_at_least(Level level, Level minimum) {
-  return static_cast<int>(level) >= static_cast<int>(minimum);
-}
 
 // "int64, int32": the dtypes as the messages list them.
 std::string dtype_list(const ScalarType* begin, const ScalarType* end);
@@ -30,13 +26,9 @@ std::string dtype_list(const ScalarType (&dtypes)[N]) {
   return dtype_list(dtypes, dtypes + N);
 }
 
-void check_data_dtype(const char* op, const char* tensor_name, ScalarType dtype, Level level);
-void check_index_dtype(const char* op, const char* tensor_name, ScalarType dtype, Level level);
-// The DimensionCount rules; full_rank_from: the level whose table is 1..8 (older ones: 4).
-void check_dml_dimension_count(const char* op, const std::vector<const char*>& names,
-                               const Shape& ranks, Level level, Level full_rank_from);
-void check_natural_ranks(const char* op, const std::vector<const char*>& names,
-                         const Shape& ranks, Level level, Level full_rank_from);
+// A data / index dtype the kernels run (the permissive level's tables), else a ValueError.
+void check_data_dtype(const char* op, const char* tensor_name, ScalarType dtype);
+void check_index_dtype(const char* op, const char* tensor_name, ScalarType dtype);
 
 // ------------------------------------------------------------------------------------------
 // Tensors

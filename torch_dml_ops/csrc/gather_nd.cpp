@@ -6,8 +6,8 @@
 // copies and streaming stores for outputs far beyond the caches.  The input is read through its
 // strides when its batch dimensions and its slice dimensions each collapse into one strided
 // dimension (any narrow, slice or transpose of the indexed dimensions), else from a contiguous
-// copy.  A small call (natural form, permissive level, up to kInlineDims dimensions) allocates
-// nothing but its output.
+// copy.  A small call (natural form, up to kInlineDims dimensions) allocates nothing but its
+// output.
 //
 // The backward (a scatter-add into zeros) partitions the destination rows among threads, each
 // scanning every tuple in index order, so duplicates accumulate in index order whatever the
@@ -16,8 +16,8 @@
 // except with int32 indices, where index_add_ rounds after every add (see the Add* structs).
 //
 // Memory safety: before anything is read, every call checks every metadata rule of the Python
-// layer (torch_dml_ops/_checks.py, same order and messages: CPU strided tensors, feature level,
-// dtypes, layout), that each tensor's storage holds what it addresses (check_storage) and, for
+// layer at the permissive level (torch_dml_ops/_checks.py, same order and messages: CPU strided
+// tensors, dtypes, layout; a DirectML level's limits are Python's alone, checks.h), that each tensor's storage holds what it addresses (check_storage) and, for
 // out=, the target (check_out: shape, dtype, no overlap; writable).  An index coordinate is used
 // only after wrap_check has put it inside its dimension (always, whatever check_indices says), so
 // every read lies inside the checked extent of its tensor, and every write inside a fresh output
@@ -156,37 +156,20 @@ bool fast_plan(torch::headeronly::IntHeaderOnlyArrayRef is,
 
 // Every metadata rule of gather_nd, in the order of the Python layer's check_gather_nd (the
 // CPU/strided test stands where its same-device test stands); fills p.  The common call (the
-// natural form at the permissive level) allocates nothing.
+// natural form) allocates nothing.
 void check_gather(const Tensor& input, const Tensor& indices, int64_t batch_dims,
                   std::optional<int64_t> input_dimension_count,
-                  std::optional<int64_t> indices_dimension_count, std::string_view feature_level,
-                  Plan& p) {
+                  std::optional<int64_t> indices_dimension_count, Plan& p) {
   if (!(cpu_strided(input) && cpu_strided(indices) &&
         input.get_device_index() == indices.get_device_index()))
     check_cpu_strided(kOp, {{"InputTensor", &input}, {"IndicesTensor", &indices}});
-  const Level level = parse_level(feature_level);
-  check_data_dtype(kOp, "InputTensor", input.scalar_type(), level);
-  check_index_dtype(kOp, "IndicesTensor", indices.scalar_type(), level);
+  check_data_dtype(kOp, "InputTensor", input.scalar_type());
+  check_index_dtype(kOp, "IndicesTensor", indices.scalar_type());
   const bool dml = input_dimension_count.has_value() || indices_dimension_count.has_value();
-  if (level == Level::Permissive && !dml && fast_plan(input.sizes(), indices.sizes(), batch_dims, p))
-    return;
-  GatherLayout lay = gather_layout(kOp, shape_of(input), shape_of(indices), batch_dims,
-                                   input_dimension_count, indices_dimension_count);
-  if (level != Level::Permissive) {
-    if (lay.dml_form)
-      check_dml_dimension_count(kOp, {"InputTensor", "IndicesTensor"},
-                                {input.dim(), indices.dim()}, level, kFullRankFrom_gather_nd);
-    else
-      check_natural_ranks(kOp, {"InputTensor", "IndicesTensor", "OutputTensor"},
-                          {input.dim(), indices.dim(), static_cast<int64_t>(lay.out_shape.size())},
-                          level, kFullRankFrom_gather_nd);
-    // spec DML_GATHER_ND.md Remarks: BatchDimensionCount belongs to DML_GATHER_ND1.
-    if (batch_dims != 0 && !level_at_least(level, kBatchDimsFrom))
-      value_error(fill(msg::batch_dims_level, {{"op", kOp}, {"batch_dims", batch_dims},
-                                               {"since", level_name(kBatchDimsFrom)},
-                                               {"level", level_name(level)}}));
-  }
-  plan_from_layout(lay, p);
+  if (!dml && fast_plan(input.sizes(), indices.sizes(), batch_dims, p)) return;
+  plan_from_layout(gather_layout(kOp, shape_of(input), shape_of(indices), batch_dims,
+                                 input_dimension_count, indices_dimension_count),
+                   p);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -782,11 +765,10 @@ int64_t check_tuples(const Backward& w) {
 // whether an out-of-range tuple is an IndexError (true) or a zero slice (false).
 Tensor gather_nd(Tensor input, Tensor indices, int64_t batch_dims,
                  std::optional<int64_t> input_dimension_count,
-                 std::optional<int64_t> indices_dimension_count, StrArg feature_level,
+                 std::optional<int64_t> indices_dimension_count, StrArg /*feature_level*/,
                  bool check_indices) {
   Plan p;
-  check_gather(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
-               feature_level.value, p);
+  check_gather(input, indices, batch_dims, input_dimension_count, indices_dimension_count, p);
   check_storages(kOp, {{"InputTensor", &input}, {"IndicesTensor", &indices}});
   const Tensor x = resolved(input), i = resolved(indices);
   Tensor out = empty_contiguous(x, p.out_shape);
@@ -797,11 +779,10 @@ Tensor gather_nd(Tensor input, Tensor indices, int64_t batch_dims,
 
 void gather_nd_out(Tensor input, Tensor indices, int64_t batch_dims,
                    std::optional<int64_t> input_dimension_count,
-                   std::optional<int64_t> indices_dimension_count, StrArg feature_level,
+                   std::optional<int64_t> indices_dimension_count, StrArg /*feature_level*/,
                    bool check_indices, Tensor out) {
   Plan p;
-  check_gather(input, indices, batch_dims, input_dimension_count, indices_dimension_count,
-               feature_level.value, p);
+  check_gather(input, indices, batch_dims, input_dimension_count, indices_dimension_count, p);
   check_out(kOp, out, p.out_shape.vec(), input.scalar_type(),
             {{"InputTensor", &input}, {"IndicesTensor", &indices}});
   check_storages(kOp,
@@ -839,8 +820,8 @@ Tensor gather_nd_backward(Tensor grad, Tensor indices, std::vector<int64_t> inde
                                            batch_dims, input_dimension_count,
                                            indices_dimension_count, input_shape);
   const ScalarType dtype = grad.scalar_type();
-  check_data_dtype(kBackwardOp, "grad", dtype, Level::Permissive);
-  check_index_dtype(kBackwardOp, "IndicesTensor", indices.scalar_type(), Level::Permissive);
+  check_data_dtype(kBackwardOp, "grad", dtype);
+  check_index_dtype(kBackwardOp, "IndicesTensor", indices.scalar_type());
   check_storages(kBackwardOp, {{"grad", &grad}, {"IndicesTensor", &indices}});
   Tensor g = resolved(grad), idx = resolved(indices);
   if (!g.is_contiguous()) g = torch::stable::contiguous(g);

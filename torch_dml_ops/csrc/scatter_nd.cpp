@@ -25,8 +25,9 @@
 // first (resolved).  Every written target has its version counter bumped (mark_written).
 //
 // Memory safety: before anything is read, every call checks every metadata rule of the Python
-// layer (torch_dml_ops/_checks.py, same order and messages: CPU strided tensors, feature level,
-// reduction, dtypes, layout, the updates' shape), that each tensor's storage holds what it
+// layer at the permissive level (torch_dml_ops/_checks.py, same order and messages: CPU strided
+// tensors, reduction, dtypes, layout, the updates' shape; a DirectML level's limits are Python's
+// alone, checks.h), that each tensor's storage holds what it
 // addresses (check_storage) and the out= or in-place target (check_out: shape, dtype, no overlap).
 // The kernels then read contiguous tensors only (indices [n_tuples, k], updates
 // [n_tuples, slice]); a row number is formed only from coordinates wrap_check has put inside their
@@ -175,18 +176,16 @@ int parse_reduction(std::string_view reduction) {
 
 // Every metadata rule of DML_SCATTER_ND, in the order of the Python layer's check_scatter_nd (the
 // CPU/strided test stands where its same-device test stands); fills p, returns the reduction.
-// The common call (the natural form at the permissive level) allocates nothing.
+// The common call (the natural form) allocates nothing.
 Reduction check_scatter(const char* op, const Tensor& input, const Tensor& indices,
                         const Tensor& updates, std::string_view reduction,
                         std::optional<int64_t> input_dimension_count,
-                        std::optional<int64_t> indices_dimension_count,
-                        std::string_view feature_level, Plan& p) {
+                        std::optional<int64_t> indices_dimension_count, Plan& p) {
   if (!(cpu_strided(input) && cpu_strided(indices) && cpu_strided(updates) &&
         input.get_device_index() == indices.get_device_index() &&
         input.get_device_index() == updates.get_device_index()))
     check_cpu_strided(op, {{"InputTensor", &input}, {"IndicesTensor", &indices},
                            {"UpdatesTensor", &updates}});
-  const Level level = parse_level(feature_level);
   const int red = parse_reduction(reduction);
   if (red < 0) {
     std::string choices;
@@ -196,19 +195,18 @@ Reduction check_scatter(const char* op, const Tensor& input, const Tensor& indic
                      {{"op", op}, {"choices", choices}, {"reduction", py_repr(reduction)}}));
   }
   const ScalarType dtype = input.scalar_type();
-  check_data_dtype(op, "InputTensor", dtype, level);
+  check_data_dtype(op, "InputTensor", dtype);
   // spec DML_SCATTER_ND.md "Tensor constraints": Input, Output and Updates share one DataType.
   if (raw_dtype(updates) != raw_dtype(input))
     value_error(fill(msg::updates_dtype, {{"op", op}, {"dtype", dtype_name(updates.scalar_type())},
                                           {"input_dtype", dtype_name(dtype)}}));
   const ScalarType index_dtype = indices.scalar_type();
-  check_index_dtype(op, "IndicesTensor", index_dtype, level);
+  check_index_dtype(op, "IndicesTensor", index_dtype);
   p.dtype = dtype;
   p.es = static_cast<int64_t>(input.element_size());
   p.kind = index_kind(index_dtype);
   const bool dml = input_dimension_count.has_value() || indices_dimension_count.has_value();
-  if (level == Level::Permissive && !dml &&
-      fast_plan(input.sizes(), indices.sizes(), updates.sizes(), p))
+  if (!dml && fast_plan(input.sizes(), indices.sizes(), updates.sizes(), p))
     return static_cast<Reduction>(red);
   // ONNX ScatterND: the index tuples may be empty (k = 0, each update is the whole input).
   const GatherLayout lay = gather_layout(op, shape_of(input), shape_of(indices), 0,
@@ -228,19 +226,6 @@ Reduction check_scatter(const char* op, const Tensor& input, const Tensor& indic
                       {"leading", py_tuple(Shape(nx.begin(), nx.end() - 1))},
                       {"trailing", py_tuple(Shape(ni.begin() + lay.k, ni.end()))},
                       {"got", py_tuple(updates.sizes())}}));
-  }
-  if (level != Level::Permissive) {
-    if (lay.dml_form)
-      check_dml_dimension_count(op, {"InputTensor", "IndicesTensor", "UpdatesTensor"},
-                                {input.dim(), indices.dim(), updates.dim()}, level,
-                                kFullRankFrom_scatter_nd);
-    else
-      check_natural_ranks(op, {"InputTensor", "IndicesTensor", "UpdatesTensor"},
-                          {input.dim(), indices.dim(), updates.dim()}, level,
-                          kFullRankFrom_scatter_nd);
-    if (red != kNone)
-      value_error(fill(msg::reduction_level, {{"op", op}, {"reduction", py_repr(reduction)},
-                                              {"level", level_name(level)}}));
   }
   plan_from_layout(lay, p);
   return static_cast<Reduction>(red);
@@ -729,12 +714,11 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
 // wins.
 Tensor scatter_nd(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
                   std::optional<int64_t> input_dimension_count,
-                  std::optional<int64_t> indices_dimension_count, StrArg feature_level,
+                  std::optional<int64_t> indices_dimension_count, StrArg /*feature_level*/,
                   bool check_indices, [[maybe_unused]] bool deterministic) {
   Plan p;
   const Reduction red = check_scatter(kOp, input, indices, updates, reduction.value,
-                                      input_dimension_count, indices_dimension_count,
-                                      feature_level.value, p);
+                                      input_dimension_count, indices_dimension_count, p);
   check_storages(kOp,
                  {{"InputTensor", &input}, {"IndicesTensor", &indices},
                   {"UpdatesTensor", &updates}});
@@ -747,13 +731,12 @@ Tensor scatter_nd(Tensor input, Tensor indices, Tensor updates, StrArg reduction
 
 void scatter_nd_out(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
                     std::optional<int64_t> input_dimension_count,
-                    std::optional<int64_t> indices_dimension_count, StrArg feature_level,
+                    std::optional<int64_t> indices_dimension_count, StrArg /*feature_level*/,
                     bool check_indices, [[maybe_unused]] bool deterministic,
                     Tensor out) {
   Plan p;
   const Reduction red = check_scatter(kOp, input, indices, updates, reduction.value,
-                                      input_dimension_count, indices_dimension_count,
-                                      feature_level.value, p);
+                                      input_dimension_count, indices_dimension_count, p);
   if (!target_ok(out, p, &input, indices, updates))
     check_out(kOp, out, shape_of(input), p.dtype,
               {{"InputTensor", &input}, {"IndicesTensor", &indices}, {"UpdatesTensor", &updates}},
@@ -778,12 +761,11 @@ void scatter_nd_out(Tensor input, Tensor indices, Tensor updates, StrArg reducti
 
 void scatter_nd_(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
                  std::optional<int64_t> input_dimension_count,
-                 std::optional<int64_t> indices_dimension_count, StrArg feature_level,
+                 std::optional<int64_t> indices_dimension_count, StrArg /*feature_level*/,
                  bool check_indices, [[maybe_unused]] bool deterministic) {
   Plan p;
   const Reduction red = check_scatter(kInplaceOp, input, indices, updates, reduction.value,
-                                      input_dimension_count, indices_dimension_count,
-                                      feature_level.value, p);
+                                      input_dimension_count, indices_dimension_count, p);
   if (!target_ok(input, p, nullptr, indices, updates))
     check_out(kInplaceOp, input, shape_of(input), p.dtype,
               {{"IndicesTensor", &indices}, {"UpdatesTensor", &updates}}, kTargetName);

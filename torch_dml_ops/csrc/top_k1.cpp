@@ -2025,18 +2025,18 @@ Tensor movedim(const Tensor& t, int64_t src, int64_t dst) {
   return torch::stable::detail::to<Tensor>(stack[0]);
 }
 
-// The Python layer's _check_top_k1, rule for rule and message for message; returns the axis,
+// The Python layer's _check_top_k1 at the permissive level (a DirectML level's limits are
+// Python's alone, checks.h), rule for rule and message for message; returns the axis,
 // made non-negative.
 int64_t check_args(const Tensor& input, int64_t k, int64_t axis, const std::string& direction,
-                   ScalarType index_dtype, std::string_view feature_level) {
+                   ScalarType index_dtype) {
   constexpr const char* op = "top_k1";
-  const Level level = parse_level(feature_level);
   if (direction != kDirectionNames[0] && direction != kDirectionNames[1])
     value_error(fill(msg::direction_choice,
                      {{"op", op}, {"direction", py_repr(direction)},
                       {"choices", cat(py_repr(kDirectionNames[0]), " or ",
                                       py_repr(kDirectionNames[1]))}}));
-  check_data_dtype(op, "InputTensor", input.scalar_type(), level);
+  check_data_dtype(op, "InputTensor", input.scalar_type());
   int64_t top;  // the largest index the index dtype holds
   switch (index_dtype) {
     case ScalarType::Long: top = INT64_MAX; break;
@@ -2062,12 +2062,6 @@ int64_t check_args(const Tensor& input, int64_t k, int64_t axis, const std::stri
     value_error(fill(msg::topk_index_limit,
                      {{"op", op}, {"n", n}, {"axis", ax}, {"index_dtype", dtype_name(index_dtype)},
                       {"top", top}, {"limit", static_cast<uint64_t>(top) + 1}}));
-  if (level != Level::Permissive) {
-    check_natural_ranks(op, {"InputTensor"}, {r}, level, kFullRankFrom_top_k1);
-    if (index_dtype != ScalarType::UInt32)
-      value_error(fill(msg::topk_index_level, {{"op", op}, {"index_dtype", dtype_name(index_dtype)},
-                                               {"level", level_name(level)}}));
-  }
   return ax;
 }
 
@@ -2077,10 +2071,10 @@ int64_t check_args(const Tensor& input, int64_t k, int64_t axis, const std::stri
 // along the axis; index_dtype None means int64.
 std::tuple<Tensor, Tensor> top_k1(Tensor input, int64_t k, int64_t axis, StrArg direction,
                                   std::optional<ScalarType> index_dtype,
-                                  StrArg feature_level) {
+                                  StrArg /*feature_level*/) {
   constexpr const char* op = "top_k1";
   const ScalarType idt = index_dtype.value_or(ScalarType::Long);
-  const int64_t ax = check_args(input, k, axis, direction.value, idt, feature_level.value);
+  const int64_t ax = check_args(input, k, axis, direction.value, idt);
   check_cpu_strided(op, {{"InputTensor", &input}});
   check_storage(op, "InputTensor", input);
   Tensor x = resolved(input);
