@@ -591,6 +591,42 @@ def test_scatter_nd_small_overwrite_keeps_the_last_duplicate_on_two_threads(into
         torch.set_num_threads(prev)
 
 
+@pytest.mark.skipif(not NATIVE_OK, reason="the C++ kernels are not built")
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int8, torch.float64,
+                                   torch.bool], ids=str)
+def test_scatter_nd_element_rows_split_between_two_threads(dtype, reduction):
+    """An element scatter large enough for the C++ kernel to split the destination between two
+    threads, each scanning every tuple and sending the other's to a scratch element instead of
+    taking a branch: duplicates and a skipped tuple, functional and in place, bit for bit as the
+    portable path."""
+    g = torch.Generator().manual_seed(5)
+    x = make_data((512, 256), dtype, g)
+    i = torch.stack([torch.randint(-512, 512, (80_000,), generator=g),
+                     torch.randint(0, 256, (80_000,), generator=g)], 1)
+    i[::5] = i[7]                                    # one element, many times
+    i[11, 0] = 600                                   # out of range: skipped
+    u = make_updates(x, i, g)
+    prev, prev_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(2)
+    try:
+        # (the portable overwrite keeps the last duplicate only in deterministic mode; the C++
+        # one always does)
+        torch.use_deterministic_algorithms(True)
+        with tdo._backend.override("torch"):
+            want = tdo.scatter_nd(x, i, u, reduction, check_indices=False)
+        torch.use_deterministic_algorithms(prev_det)
+        with tdo._backend.override("native"):
+            got = tdo.scatter_nd(x, i, u, reduction, check_indices=False)
+            in_place = x.clone()
+            tdo.scatter_nd_(in_place, i, u, reduction, check_indices=False)
+    finally:
+        torch.set_num_threads(prev)
+        torch.use_deterministic_algorithms(prev_det)
+    assert_same(got, want)
+    assert_same(in_place, want)
+
+
 @pytest.mark.usefixtures("portable_path")
 @pytest.mark.parametrize("slice_len", [1, 3, 4, 6, 64])
 def test_scatter_nd_rows_move_bits_exactly(slice_len):

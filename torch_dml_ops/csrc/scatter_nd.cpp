@@ -343,8 +343,10 @@ struct Apply {
 
 // Rows [lo, hi) of one part: its init copy, then every tuple landing there, in index order.
 // RB > 0: rows of that constant size (memcpy becomes one load and store), prefetched a block of
-// tuples ahead for writing.  Store: f only stores (the overwrite), so a write can go to a sink.
-template <int64_t RB, bool Store, class F>
+// tuples ahead for writing.  Sink (RB <= 16): f may as well be applied to a zeroed scratch row
+// (it only stores, or it reads and writes one element), so a tuple of another part's row can go
+// there instead of taking a branch.
+template <int64_t RB, bool Sink, class F>
 void scan_part(const Apply& a, int64_t lo, int64_t hi, const F& f) {
   const int64_t rb = RB > 0 ? RB : a.row_bytes;
   char* const dst = a.dst;
@@ -353,19 +355,26 @@ void scan_part(const Apply& a, int64_t lo, int64_t hi, const F& f) {
   const int64_t n = a.n;
   if (a.init && hi > lo)
     std::memcpy(dst + lo * rb, a.init + lo * rb, static_cast<size_t>((hi - lo) * rb));
-  if (Store && RB > 0 && RB <= 16 && (lo > 0 || hi < a.n_rows)) {
+  if (Sink && RB > 0 && RB <= 16 && (lo > 0 || hi < a.n_rows)) {
     // Short rows, split among parts: whether a row is this part's is a coin toss, so the
     // branch would mispredict half the time; instead every row is written, those of other
     // parts into a sink (branch-free), and only this part's are prefetched.
-    alignas(16) char sink[16];
+    alignas(16) char sink[16] = {};
     const uint64_t span = static_cast<uint64_t>(hi - lo);
     for (int64_t t = 0; t < n; t++) {
       if (t + kBlock < n) {
         const int64_t p = rows[t + kBlock];
         __builtin_prefetch(static_cast<uint64_t>(p - lo) < span ? dst + p * rb : sink, 1);
       }
+      // The row's address or the sink's, selected by a mask: written as `ours ? row : sink`,
+      // GCC makes it a branch (two stores), which mispredicts half the time (a 2x slower
+      // scatter on two threads than on one); the empty asm keeps the select in a register.
       const int64_t r = rows[t];
-      f(static_cast<uint64_t>(r - lo) < span ? dst + r * rb : sink, upd + t * rb);
+      const uintptr_t ours = uintptr_t(0) - uintptr_t(static_cast<uint64_t>(r - lo) < span);
+      uintptr_t d = (reinterpret_cast<uintptr_t>(dst + r * rb) & ours) |
+                    (reinterpret_cast<uintptr_t>(sink) & ~ours);
+      asm("" : "+r"(d));
+      f(reinterpret_cast<char*>(d), upd + t * rb);
     }
     return;
   }
@@ -381,13 +390,13 @@ void scan_part(const Apply& a, int64_t lo, int64_t hi, const F& f) {
 
 // The destination rows split among parts: every part scans all n row numbers, so more parts pay
 // only with enough writes.
-template <int64_t RB = 0, bool Store = false, class F>
+template <int64_t RB = 0, bool Sink = false, class F>
 void run_scan(const Apply& a, const F& f) {
   const int64_t work = a.n * (1 + a.row_bytes / 64) + (a.init ? a.n_rows * a.row_bytes / 64 : 0);
   const int64_t grain = a.row_bytes <= 16 ? kGrainShortRows : kGrain;
   const int parts = static_cast<int>(std::min<int64_t>(parts_for(work, grain), a.n_rows));
   parallel_parts(a.n_rows, parts,
-                 [&](int64_t lo, int64_t hi, int) { scan_part<RB, Store>(a, lo, hi, f); });
+                 [&](int64_t lo, int64_t hi, int) { scan_part<RB, Sink>(a, lo, hi, f); });
 }
 
 // The overwrite into a copy (functional scatter, out=) of rows of at least this many bytes:
@@ -446,6 +455,14 @@ void overwrite(const Apply& a) {
 // Runs op(x, y) -> new x over the elements of each updated row.
 template <class T, class Op>
 void reduce_rows(const Apply& a, const Op& op) {
+  if (a.slice_len == 1)  // element rows: branch-free over the parts' rows (the sink)
+    return run_scan<sizeof(T), true>(a, [op](char* d, const char* s) {
+      T x, y;
+      std::memcpy(&x, d, sizeof(T));
+      std::memcpy(&y, s, sizeof(T));
+      x = op(x, y);
+      std::memcpy(d, &x, sizeof(T));
+    });
   run_scan(a, [len = a.slice_len, op](char* d, const char* s) {
     // a local count: with -fno-strict-aliasing a captured one could alias x[i] and would be
     // reloaded after every store, which keeps the loop from vectorizing
