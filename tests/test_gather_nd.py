@@ -411,6 +411,33 @@ def test_gather_nd_out_opcheck():
                           {"out": torch.empty(2, 5)})
 
 
+@pytest.mark.skipif(not NATIVE_OK, reason="the C++ kernels are not built")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int8,
+                                   torch.float64, torch.bool], ids=str)
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=str)
+def test_gather_nd_backward_element_rows_split_between_two_threads(dtype, index_dtype):
+    """The backward of an element gather large enough for the C++ kernel to split the gradient's
+    rows between two threads, each adding the other's tuples into a scratch element instead of
+    taking a branch: duplicates accumulate in index order, bit for bit as the portable path."""
+    g = torch.Generator().manual_seed(3)
+    grad = make_data((80_000,), dtype, g)
+    i = torch.stack([torch.randint(-1024, 1024, (80_000,), generator=g),   # 1-byte rows too
+                     torch.randint(0, 512, (80_000,), generator=g)], 1).to(index_dtype)
+    i[::5] = i[7]                                    # one element, many times
+    op = torch.ops.torch_dml_ops.gather_nd_backward
+    prev = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with tdo._backend.override("torch"):
+            want = op(grad, i, [1024, 512], 0, None, None)
+        with tdo._backend.override("native"):
+            got = op(grad, i, [1024, 512], 0, None, None)
+    finally:
+        torch.set_num_threads(prev)
+    assert got.dtype == want.dtype and got.shape == want.shape == (1024, 512)
+    np.testing.assert_array_equal(to_bits(got), to_bits(want))
+
+
 def test_gather_nd_backward_opcheck():
     g = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
     i = torch.tensor([[1, 2], [1, 2], [-1, 0]])

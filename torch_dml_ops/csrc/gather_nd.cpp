@@ -698,6 +698,12 @@ void backward_rows(const Backward& w, int64_t row_begin, int64_t row_end,
   D* dst = static_cast<D*>(HasFinish<A>::value ? w.acc : static_cast<void*>(w.out));
   std::memset(dst + row_begin * n, 0, static_cast<size_t>((row_end - row_begin) * n) * sizeof(D));
   const T* grad = reinterpret_cast<const T*>(w.grad);
+  // Element rows split among parts: whether a tuple's row is this part's is a coin toss, so a
+  // branch would mispredict half the time (two threads ran slower than one); the other parts'
+  // adds go to a zeroed scratch element instead, selected by a mask (scatter_nd.cpp's sink).
+  const bool sink_adds = n == 1 && (row_begin > 0 || row_end < w.rows);
+  D sink = D();
+  const uint64_t span = static_cast<uint64_t>(row_end - row_begin);
   int64_t b = 0, r = 0;
   for (int64_t t = 0; t < w.n_tuples; t++) {
     int64_t bad_col = 0;
@@ -707,8 +713,16 @@ void backward_rows(const Backward& w, int64_t row_begin, int64_t row_end,
       record_error(first_bad, t * w.k + bad_col);
       return;
     }
-    if (row >= row_begin && row < row_end)
+    if (sink_adds) {
+      const uintptr_t ours =
+          uintptr_t(0) - uintptr_t(static_cast<uint64_t>(row - row_begin) < span);
+      uintptr_t d = (reinterpret_cast<uintptr_t>(dst + row) & ours) |
+                    (reinterpret_cast<uintptr_t>(&sink) & ~ours);
+      asm("" : "+r"(d));
+      A::add(reinterpret_cast<D*>(d), grad + t, 1);
+    } else if (row >= row_begin && row < row_end) {
       A::add(dst + row * n, grad + t * n, n);
+    }
     if (++r == w.per_batch) {
       r = 0;
       b++;
