@@ -698,9 +698,8 @@ void backward_rows(const Backward& w, int64_t row_begin, int64_t row_end,
   D* dst = static_cast<D*>(HasFinish<A>::value ? w.acc : static_cast<void*>(w.out));
   std::memset(dst + row_begin * n, 0, static_cast<size_t>((row_end - row_begin) * n) * sizeof(D));
   const T* grad = reinterpret_cast<const T*>(w.grad);
-  // Element rows split among parts: whether a tuple's row is this part's is a coin toss, so a
-  // branch would mispredict half the time (two threads ran slower than one); the other parts'
-  // adds go to a zeroed scratch element instead, selected by a mask (scatter_nd.cpp's sink).
+  // Element rows split among parts: the other parts' adds go to a zeroed scratch element instead
+  // of behind a branch (select_ptr).
   const bool sink_adds = n == 1 && (row_begin > 0 || row_end < w.rows);
   D sink = D();
   const uint64_t span = static_cast<uint64_t>(row_end - row_begin);
@@ -714,12 +713,9 @@ void backward_rows(const Backward& w, int64_t row_begin, int64_t row_end,
       return;
     }
     if (sink_adds) {
-      const uintptr_t ours =
-          uintptr_t(0) - uintptr_t(static_cast<uint64_t>(row - row_begin) < span);
-      uintptr_t d = (reinterpret_cast<uintptr_t>(dst + row) & ours) |
-                    (reinterpret_cast<uintptr_t>(&sink) & ~ours);
-      asm("" : "+r"(d));
-      A::add(reinterpret_cast<D*>(d), grad + t, 1);
+      A::add(select_ptr(static_cast<uint64_t>(row - row_begin) < span,
+                        reinterpret_cast<uintptr_t>(dst + row), &sink),
+             grad + t, 1);
     } else if (row >= row_begin && row < row_end) {
       A::add(dst + row * n, grad + t * n, n);
     }

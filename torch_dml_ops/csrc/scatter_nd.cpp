@@ -345,7 +345,7 @@ struct Apply {
 // RB > 0: rows of that constant size (memcpy becomes one load and store), prefetched a block of
 // tuples ahead for writing.  Sink (RB <= 16): f may as well be applied to a zeroed scratch row
 // (it only stores, or it reads and writes one element), so a tuple of another part's row can go
-// there instead of taking a branch.
+// there instead of taking a branch (select_ptr).
 template <int64_t RB, bool Sink, class F>
 void scan_part(const Apply& a, int64_t lo, int64_t hi, const F& f) {
   const int64_t rb = RB > 0 ? RB : a.row_bytes;
@@ -356,9 +356,8 @@ void scan_part(const Apply& a, int64_t lo, int64_t hi, const F& f) {
   if (a.init && hi > lo)
     std::memcpy(dst + lo * rb, a.init + lo * rb, static_cast<size_t>((hi - lo) * rb));
   if (Sink && RB > 0 && RB <= 16 && (lo > 0 || hi < a.n_rows)) {
-    // Short rows, split among parts: whether a row is this part's is a coin toss, so the
-    // branch would mispredict half the time; instead every row is written, those of other
-    // parts into a sink (branch-free), and only this part's are prefetched.
+    // Short rows, split among parts: every row is written, those of other parts into a sink
+    // (select_ptr), and only this part's are prefetched.
     alignas(16) char sink[16] = {};
     const uint64_t span = static_cast<uint64_t>(hi - lo);
     for (int64_t t = 0; t < n; t++) {
@@ -366,15 +365,10 @@ void scan_part(const Apply& a, int64_t lo, int64_t hi, const F& f) {
         const int64_t p = rows[t + kBlock];
         __builtin_prefetch(static_cast<uint64_t>(p - lo) < span ? dst + p * rb : sink, 1);
       }
-      // The row's address or the sink's, selected by a mask: written as `ours ? row : sink`,
-      // GCC makes it a branch (two stores), which mispredicts half the time (a 2x slower
-      // scatter on two threads than on one); the empty asm keeps the select in a register.
-      const int64_t r = rows[t];
-      const uintptr_t ours = uintptr_t(0) - uintptr_t(static_cast<uint64_t>(r - lo) < span);
-      uintptr_t d = (reinterpret_cast<uintptr_t>(dst + r * rb) & ours) |
-                    (reinterpret_cast<uintptr_t>(sink) & ~ours);
-      asm("" : "+r"(d));
-      f(reinterpret_cast<char*>(d), upd + t * rb);
+      const int64_t r = rows[t];  // (-1: skipped)
+      f(select_ptr(static_cast<uint64_t>(r - lo) < span,
+                   reinterpret_cast<uintptr_t>(dst) + static_cast<uintptr_t>(r * rb), sink),
+        upd + t * rb);
     }
     return;
   }
@@ -410,18 +404,23 @@ constexpr int64_t kOnceRowBytes = 64;
 // then overwritten (copy, then scatter) moved the overwritten rows twice.  Each part maps and
 // writes its own rows; the map is allocated before the first write.
 void overwrite_once(const Apply& a) {
-  std::unique_ptr<int32_t[]> map(new (std::nothrow) int32_t[static_cast<size_t>(a.n_rows)]);
-  if (!map) runtime_error(kOp, ": cannot allocate ", 4 * a.n_rows, " bytes of row winners");
+  // (then a scratch slot per part, a cache line apart, for the other parts' tuples)
+  const int64_t slots = a.n_rows + 16 * kMaxThreads;
+  std::unique_ptr<int32_t[]> map(new (std::nothrow) int32_t[static_cast<size_t>(slots)]);
+  if (!map) runtime_error(kOp, ": cannot allocate ", 4 * slots, " bytes of row winners");
   const int64_t rb = a.row_bytes;
   const int parts = static_cast<int>(
       std::min<int64_t>(parts_for(a.n + a.n_rows * (1 + rb / 64), kGrain), a.n_rows));
-  parallel_parts(a.n_rows, parts, [&](int64_t lo, int64_t hi, int) {
+  parallel_parts(a.n_rows, parts, [&](int64_t lo, int64_t hi, int part) {
     int32_t* const win = map.get();
+    int32_t* const scratch = win + a.n_rows + 16 * part;
     std::fill(win + lo, win + hi, int32_t(-1));
     const uint64_t span = static_cast<uint64_t>(hi - lo);
     for (int64_t t = 0; t < a.n; t++) {
       const int64_t r = a.rows[t];   // -1 (skipped) falls outside every part
-      if (static_cast<uint64_t>(r - lo) < span) win[r] = static_cast<int32_t>(t);
+      *select_ptr(static_cast<uint64_t>(r - lo) < span,
+                  reinterpret_cast<uintptr_t>(win) + static_cast<uintptr_t>(r * 4), scratch) =
+          static_cast<int32_t>(t);
     }
     int64_t run = lo;                // the first row of the current run of untouched rows
     for (int64_t r = lo; r < hi; r++) {
