@@ -415,12 +415,14 @@ def test_gather_nd_out_opcheck():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int8,
                                    torch.float64, torch.bool], ids=str)
 @pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=str)
-def test_gather_nd_backward_element_rows_split_between_two_threads(dtype, index_dtype):
-    """The backward of an element gather large enough for the C++ kernel to split the gradient's
-    rows between two threads, each adding the other's tuples into a scratch element instead of
-    taking a branch: duplicates accumulate in index order, bit for bit as the portable path."""
+@pytest.mark.parametrize("slice_len", [1, 3])
+def test_gather_nd_backward_short_rows_split_between_two_threads(dtype, index_dtype, slice_len):
+    """The backward of a gather of short rows (1 or 3 elements) large enough for the C++ kernel
+    to split the gradient's rows between two threads, each adding the other's tuples into a
+    scratch row instead of taking a branch: duplicates accumulate in index order, bit for bit as
+    the portable path."""
     g = torch.Generator().manual_seed(3)
-    grad = make_data((80_000,), dtype, g)
+    grad = make_data((80_000,) + (slice_len,) * (slice_len > 1), dtype, g)
     i = torch.stack([torch.randint(-1024, 1024, (80_000,), generator=g),   # 1-byte rows too
                      torch.randint(0, 512, (80_000,), generator=g)], 1).to(index_dtype)
     i[::5] = i[7]                                    # one element, many times
@@ -434,7 +436,7 @@ def test_gather_nd_backward_element_rows_split_between_two_threads(dtype, index_
             got = op(grad, i, [1024, 512], 0, None, None)
     finally:
         torch.set_num_threads(prev)
-    assert got.dtype == want.dtype and got.shape == want.shape == (1024, 512)
+    assert got.dtype == want.dtype and got.shape == want.shape == (1024, 512) + grad.shape[1:]
     np.testing.assert_array_equal(to_bits(got), to_bits(want))
 
 

@@ -698,10 +698,10 @@ void backward_rows(const Backward& w, int64_t row_begin, int64_t row_end,
   D* dst = static_cast<D*>(HasFinish<A>::value ? w.acc : static_cast<void*>(w.out));
   std::memset(dst + row_begin * n, 0, static_cast<size_t>((row_end - row_begin) * n) * sizeof(D));
   const T* grad = reinterpret_cast<const T*>(w.grad);
-  // Element rows split among parts: the other parts' adds go to a zeroed scratch element instead
-  // of behind a branch (select_ptr).
-  const bool sink_adds = n == 1 && (row_begin > 0 || row_end < w.rows);
-  D sink = D();
+  // Short rows (up to 4 elements) split among parts: the other parts' adds go to a zeroed
+  // scratch row instead of behind a branch (select_ptr).
+  const bool sink_adds = n <= 4 && (row_begin > 0 || row_end < w.rows);
+  D sink[4] = {};
   const uint64_t span = static_cast<uint64_t>(row_end - row_begin);
   int64_t b = 0, r = 0;
   for (int64_t t = 0; t < w.n_tuples; t++) {
@@ -713,9 +713,12 @@ void backward_rows(const Backward& w, int64_t row_begin, int64_t row_end,
       return;
     }
     if (sink_adds) {
-      A::add(select_ptr(static_cast<uint64_t>(row - row_begin) < span,
-                        reinterpret_cast<uintptr_t>(dst + row), &sink),
-             grad + t, 1);
+      D* const d = select_ptr(static_cast<uint64_t>(row - row_begin) < span,
+                              reinterpret_cast<uintptr_t>(dst + row * n), sink);
+      if (n == 1)  // (a constant count: the add inlines to one element)
+        A::add(d, grad + t, 1);
+      else
+        A::add(d, grad + t * n, n);
     } else if (row >= row_begin && row < row_end) {
       A::add(dst + row * n, grad + t * n, n);
     }
