@@ -27,7 +27,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from ._backend import backend_key, eager_keyset
-from ._checks import raise_documented
+from ._checks import check_level
 from ._compat import (apply_through_functorch, below_autograd_guard, forward_ad_active,
                       forward_ad_level_open, function_applier, functorch_active, redispatcher)
 from ._levels import PERMISSIVE
@@ -99,7 +99,7 @@ class LevelRules:
         # (a plain call's arguments arrive without their defaults: args shorter, kwargs empty)
         if (args[at] != PERMISSIVE if len(args) > at
                 else kwargs and kwargs.get("feature_level", PERMISSIVE) != PERMISSIVE):
-            raise_documented(lambda: self.check(*self.fill(args, kwargs)))
+            check_level(lambda: self.check(*self.fill(args, kwargs)))
 
 
 class _Const:

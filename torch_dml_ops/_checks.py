@@ -491,6 +491,15 @@ def raise_documented(check) -> None:
         return
 
 
+def check_level(check: Callable[[], object]) -> None:
+    """A call at a DirectML level (the caller tests ``level != PERMISSIVE``, which is all the
+    permissive default pays): ``check``, its Python checks, through raise_documented.  They are
+    the only home of a level's rules (the C++ kernels ignore the level).  Not while compiling:
+    the fake kernel checks the traced call."""
+    if not torch.compiler.is_compiling():
+        raise_documented(check)
+
+
 def as_int(op: str, name: str, v):
     """The public functions' int arguments: ints as they are, other integral scalars (numpy
     integers, anything with ``__index__`` but bool) converted, the rest a ``TypeError``."""

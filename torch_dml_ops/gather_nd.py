@@ -18,8 +18,8 @@ from typing import Optional
 import torch
 
 from . import _autograd, _backend, _subclass
-from ._checks import (as_int, check_bool, check_gather_nd, check_out, check_out_meta,
-                      check_tensors, raise_documented)
+from ._checks import (as_int, check_bool, check_gather_nd, check_level, check_out,
+                      check_out_meta, check_tensors, raise_documented)
 from ._forms import backward_layout, indexed_sizes
 from ._levels import PERMISSIVE, _state
 from ._inductor_fixes import lower_storage_offset
@@ -261,10 +261,8 @@ def gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int = 0, *
         check_bool("gather_nd", "check_indices", check_indices)
     args = (input, indices, batch_dims, input_dimension_count, indices_dimension_count, level,
             check_indices)
-    if level != PERMISSIVE and not torch.compiler.is_compiling():
-        # A DirectML level's limits are checked here alone (the C++ kernels ignore the level;
-        # compiled calls: the fake kernel).
-        raise_documented(lambda: _check_call(*args, out))
+    if level != PERMISSIVE:
+        check_level(lambda: _check_call(*args, out))
     try:
         if out is None:
             return GATHER_ND.call_public(*args)

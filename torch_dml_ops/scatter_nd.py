@@ -23,8 +23,8 @@ import torch
 
 
 from . import _autograd, _backend, _compat, _subclass
-from ._checks import (check_bool, check_out, check_out_meta, check_scatter_nd, check_tensors,
-                      raise_documented)
+from ._checks import (check_bool, check_level, check_out, check_out_meta, check_scatter_nd,
+                      check_tensors, raise_documented)
 from ._forms import GatherLayout, gather_layout
 from ._inductor_fixes import lower_storage_offset
 from ._levels import PERMISSIVE, _state
@@ -436,9 +436,8 @@ def scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         check_bool("scatter_nd", "check_indices", check_indices)
     args = (input, indices, updates, reduction, input_dimension_count, indices_dimension_count,
             level, check_indices, False)
-    if level != PERMISSIVE and not torch.compiler.is_compiling():
-        # a DirectML level's limits: here alone (see gather_nd)
-        raise_documented(lambda: _check_call(*args, out=out))
+    if level != PERMISSIVE:
+        check_level(lambda: _check_call(*args, out=out))
     try:
         if out is None:
             return SCATTER_ND.call_public(*args)
@@ -490,9 +489,8 @@ def scatter_nd_(input: torch.Tensor, indices: torch.Tensor, updates: torch.Tenso
         check_bool("scatter_nd_", "check_indices", check_indices)
     args = (input, indices, updates, reduction, input_dimension_count, indices_dimension_count,
             level, check_indices, False)
-    if level != PERMISSIVE and not torch.compiler.is_compiling():
-        # a DirectML level's limits: here alone (see gather_nd)
-        raise_documented(lambda: _check_call(*args, op="scatter_nd_"))
+    if level != PERMISSIVE:
+        check_level(lambda: _check_call(*args, op="scatter_nd_"))
     try:
         redispatch, keyset = _INPLACE_REDISPATCH, None
         if redispatch is not None and not _autograd.derivative_needed((input, indices, updates)):

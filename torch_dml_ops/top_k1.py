@@ -18,7 +18,7 @@ from typing import NamedTuple, Union
 import torch
 
 from . import _autograd, _backend, _compat, _subclass
-from ._checks import as_int, check_top_k1, raise_documented
+from ._checks import as_int, check_level, check_top_k1, raise_documented
 from ._levels import PERMISSIVE, _state
 from ._library import document, lib
 from ._types import Direction
@@ -176,9 +176,8 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
         _check_top_k1_args(input, k, axis, d, index_dtype, level)
         v, i = TOP_K1.call_public(input, k, axis, d, None, level)
         return TopK1Result(v, i if index_dtype in (None, torch.int64) else i.to(index_dtype))
-    if level != PERMISSIVE and not torch.compiler.is_compiling():
-        # a DirectML level's limits: checked here alone (see gather_nd)
-        raise_documented(lambda: _check_top_k1_args(input, k, axis, d, index_dtype, level))
+    if level != PERMISSIVE:
+        check_level(lambda: _check_top_k1_args(input, k, axis, d, index_dtype, level))
     try:
         return TopK1Result(*TOP_K1.call_public(input, k, axis, d, index_dtype, level))
     except Exception:
