@@ -45,6 +45,20 @@ def test_run_case_checks_before_timing():
             assert r.repeats == 3 and r.number >= 1
 
 
+@pytest.mark.skipif(not _library.extension_loaded(), reason="the C++ extension is not built")
+def test_ours_on_the_cpu_runs_the_kernels_users_get():
+    """Under ``auto`` "ours" is the C++ kernel the extension registered, not the Python
+    re-registration that ``override("native")`` makes (which costs a small call ~1.3 us)."""
+    from torch_dml_ops import _backend
+    ours, portable = cases._backend_variants("cpu", "x", lambda d: None)
+    assert ours.context is None and portable.context is not None
+    with _backend.override("torch"):
+        ours, _ = cases._backend_variants("cpu", "x", lambda d: None)
+    assert ours.context is not None
+    with ours.context() as name:
+        assert name == "native"
+
+
 def test_case_rejects_unknown_reference_and_duplicates():
     with pytest.raises(ValueError, match="reference"):
         _case([Provider("a", lambda d: d["x"])], reference="b")

@@ -56,15 +56,20 @@ def _backend_variants(device: str, name: str, fn: Callable[[Inputs], object]) ->
     """Our providers, one per backend that runs on ``device``: on the CPU the C++ kernels (what
     ``auto`` picks there, so listed first and named plainly) and the portable torch path; on a
     GPU the Triton kernel and the portable path.  The first one is "ours" in the tables.  The
-    backend is switched around each block of calls (``Provider.context``), never inside one."""
+    backend is switched around each block of calls (``Provider.context``), never inside one;
+    not for the C++ kernels under ``auto``, which are those the extension registered itself (an
+    override would time its Python re-registration of them, ~1.3 us a call, that users never
+    run)."""
     if device == "cpu":
         if not extension_loaded():
             return [Provider(name, fn, kind="ours", library="torch_dml_ops")]
         variants = (("native", name), ("torch", f"{name} [portable]"))
     else:
         variants = (("triton", f"{name} [triton]"), ("torch", f"{name} [portable]"))
+    as_is = "native" if tdo._backend.current_backend() == "auto" else None
     return [Provider(label, fn, kind="ours", library="torch_dml_ops",
-                     context=functools.partial(tdo._backend.override, backend))
+                     context=None if backend == as_is
+                     else functools.partial(tdo._backend.override, backend))
             for backend, label in variants]
 
 
