@@ -830,13 +830,23 @@ template <class V, bool Inc, bool Ties>
   return cnt > cap ? -1 : cnt;
 }
 
-// The tie pass's equal positions of one word (mask we, base j) into eq (fewer than eqcap held).
+// The tie pass's equal positions of one word (mask we, base j) into eq (ne of them held).
 [[gnu::always_inline]] inline void collect_equal(uint64_t we, int64_t j, int32_t* eq,
-                                                 int64_t* neq, int64_t eqcap) {
+                                                 int64_t& ne) {
   if (we) {
-    flatten_bits(we, j, eq + *neq);
-    *neq += __builtin_popcountll(we);
+    flatten_bits(we, j, eq + ne);
+    ne += __builtin_popcountll(we);
   }
+}
+
+// The positions of one word's bits (mask w, base j) onto idx[cnt...].  The guessed pass takes
+// about k of a row's words, often one of two: branch-free.  The tie pass mostly none (the k-th
+// value's ties fill the k best): a branch, taken rarely.
+template <bool Ties>
+[[gnu::always_inline]] inline void take_bits(uint64_t w, int64_t j, int32_t* idx, int64_t& cnt) {
+  if (Ties && !w) return;
+  flatten_bits(w, j, idx + cnt);
+  cnt += __builtin_popcountll(w);
 }
 
 // Four 16-lane masks as one 64-bit word (m[0] the low bits).
@@ -850,7 +860,7 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
                                            int32_t* idx, int64_t cap, int32_t* eq, int64_t* neq,
                                            int64_t eqcap) {
   const int64_t full = len / 64 * 64;
-  int64_t cnt = 0, j = 0;
+  int64_t cnt = 0, j = 0, ne = Ties ? *neq : 0;  // neq: null unless Ties
   if constexpr (std::is_floating_point_v<V>) {
     const __m512 flip = _mm512_set1_ps(Inc ? -0.0f : 0.0f), tv = _mm512_set1_ps(t);
     constexpr int kCmp = Ties ? (Inc ? _CMP_GT_OQ : _CMP_NLE_UQ) : (Inc ? _CMP_GE_OQ : _CMP_NLT_UQ);
@@ -865,12 +875,11 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
         m[i] = _mm512_cmp_ps_mask(x[i], tv, kCmp);
       }
       const uint64_t w = join_masks_avx512(m);
-      flatten_bits(w, j, idx + cnt);
-      cnt += __builtin_popcountll(w);
+      take_bits<Ties>(w, j, idx, cnt);
       if constexpr (Ties)
-        if (*neq < eqcap) {  // (the first eqcap equal ones only)
+        if (ne < eqcap) {  // (the first eqcap equal ones only)
           for (int i = 0; i < 4; i++) e[i] = _mm512_cmp_ps_mask(x[i], tv, _CMP_EQ_OQ);
-          collect_equal(join_masks_avx512(e), j, eq, neq, eqcap);
+          collect_equal(join_masks_avx512(e), j, eq, ne);
         }
     }
     for (; j < full; j += 64)  // too many: the maxima only
@@ -890,12 +899,11 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
         m[i] = Ties ? _mm512_cmpgt_epi32_mask(x[i], tv) : _mm512_cmpge_epi32_mask(x[i], tv);
       }
       const uint64_t w = join_masks_avx512(m);
-      flatten_bits(w, j, idx + cnt);
-      cnt += __builtin_popcountll(w);
+      take_bits<Ties>(w, j, idx, cnt);
       if constexpr (Ties)
-        if (*neq < eqcap) {
+        if (ne < eqcap) {
           for (int i = 0; i < 4; i++) e[i] = _mm512_cmpeq_epi32_mask(x[i], tv);
-          collect_equal(join_masks_avx512(e), j, eq, neq, eqcap);
+          collect_equal(join_masks_avx512(e), j, eq, ne);
         }
     }
     for (; j < full; j += 64)
@@ -904,6 +912,7 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
     _mm512_storeu_si512(lanes, _mm512_max_epi32(_mm512_max_epi32(a[0], a[1]),
                                                 _mm512_max_epi32(a[2], a[3])));
   }
+  if constexpr (Ties) *neq = ne;
   return nat_guess_tail<V, Inc, Ties>(p, full, len, t, lanes, idx, cnt, cap, eq, neq, eqcap);
 }
 
@@ -911,7 +920,7 @@ template <class V, bool Inc, bool Ties>
 TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, int32_t* idx,
                                        int64_t cap, int32_t* eq, int64_t* neq, int64_t eqcap) {
   const int64_t full = len / 64 * 64;
-  int64_t cnt = 0, j = 0;
+  int64_t cnt = 0, j = 0, ne = Ties ? *neq : 0;  // neq: null unless Ties
   if constexpr (std::is_floating_point_v<V>) {
     const __m256 flip = _mm256_set1_ps(Inc ? -0.0f : 0.0f), tv = _mm256_set1_ps(t);
     constexpr int kCmp = Ties ? (Inc ? _CMP_GT_OQ : _CMP_NLE_UQ) : (Inc ? _CMP_GE_OQ : _CMP_NLT_UQ);
@@ -927,16 +936,15 @@ TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, i
                  _mm256_movemask_ps(_mm256_cmp_ps(x[i], tv, kCmp))))
              << (8 * i);
       }
-      flatten_bits(w, j, idx + cnt);
-      cnt += __builtin_popcountll(w);
+      take_bits<Ties>(w, j, idx, cnt);
       if constexpr (Ties)
-        if (*neq < eqcap) {
+        if (ne < eqcap) {
           uint64_t we = 0;
           for (int i = 0; i < 8; i++)
             we |= static_cast<uint64_t>(static_cast<uint32_t>(
                       _mm256_movemask_ps(_mm256_cmp_ps(x[i], tv, _CMP_EQ_OQ))))
                   << (8 * i);
-          collect_equal(we, j, eq, neq, eqcap);
+          collect_equal(we, j, eq, ne);
         }
     }
     for (; j < full; j += 64)  // too many: the maxima only
@@ -961,14 +969,13 @@ TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, i
           w |= static_cast<uint64_t>(~lane_bits_avx2(_mm256_cmpgt_epi32(tv, x[i])) & 0xffu)
                << (8 * i);
       }
-      flatten_bits(w, j, idx + cnt);
-      cnt += __builtin_popcountll(w);
+      take_bits<Ties>(w, j, idx, cnt);
       if constexpr (Ties)
-        if (*neq < eqcap) {
+        if (ne < eqcap) {
           uint64_t we = 0;
           for (int i = 0; i < 8; i++)
             we |= static_cast<uint64_t>(lane_bits_avx2(_mm256_cmpeq_epi32(x[i], tv))) << (8 * i);
-          collect_equal(we, j, eq, neq, eqcap);
+          collect_equal(we, j, eq, ne);
         }
     }
     for (; j < full; j += 64)
@@ -978,6 +985,7 @@ TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, i
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epi32(a[0], a[2]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes + 8), _mm256_max_epi32(a[1], a[3]));
   }
+  if constexpr (Ties) *neq = ne;
   return nat_guess_tail<V, Inc, Ties>(p, full, len, t, lanes, idx, cnt, cap, eq, neq, eqcap);
 }
 #endif
