@@ -122,6 +122,9 @@ constexpr int64_t kChunk = 256;
 constexpr int64_t kGuessMin = 4 * 64;
 constexpr int64_t kGuessCap = 64;
 constexpr int64_t kGuessSlack = 3;
+// The tie pass skips a row's words with none above its threshold by a branch when the row
+// before had at most this many (a word in 16 or fewer: the branch is predicted).
+constexpr int64_t kSparseAbove = 4;
 constexpr int64_t kGuessRowMax = 256 << 10;  // bytes (run)
 
 using u128 = unsigned __int128;
@@ -833,18 +836,17 @@ template <class V, bool Inc, bool Ties>
 // The tie pass's equal positions of one word (mask we, base j) into eq (ne of them held).
 [[gnu::always_inline]] inline void collect_equal(uint64_t we, int64_t j, int32_t* eq,
                                                  int64_t& ne) {
-  if (we) {
-    flatten_bits(we, j, eq + ne);
-    ne += __builtin_popcountll(we);
-  }
+  flatten_bits(we, j, eq + ne);
+  ne += __builtin_popcountll(we);
 }
 
 // The positions of one word's bits (mask w, base j) onto idx[cnt...].  The guessed pass takes
-// about k of a row's words, often one of two: branch-free.  The tie pass mostly none (the k-th
-// value's ties fill the k best): a branch, taken rarely.
-template <bool Ties>
+// about k of a row's words, often one of two: branch-free.  The tie pass, when the row before
+// had few above its threshold (`sparse`: the ties at the k-th value fill the k best, as in
+// rows of 0..15), mostly none: a branch, taken rarely.
+template <bool Sparse>
 [[gnu::always_inline]] inline void take_bits(uint64_t w, int64_t j, int32_t* idx, int64_t& cnt) {
-  if (Ties && !w) return;
+  if (Sparse && !w) return;
   flatten_bits(w, j, idx + cnt);
   cnt += __builtin_popcountll(w);
 }
@@ -855,7 +857,7 @@ TDO_TARGET_AVX512 [[gnu::always_inline]] inline uint64_t join_masks_avx512(const
       _mm512_kunpackd(_mm512_kunpackw(m[3], m[2]), _mm512_kunpackw(m[1], m[0])));
 }
 
-template <class V, bool Inc, bool Ties>
+template <class V, bool Inc, bool Ties, bool Sparse = false>
 TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lanes,
                                            int32_t* idx, int64_t cap, int32_t* eq, int64_t* neq,
                                            int64_t eqcap) {
@@ -875,7 +877,7 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
         m[i] = _mm512_cmp_ps_mask(x[i], tv, kCmp);
       }
       const uint64_t w = join_masks_avx512(m);
-      take_bits<Ties>(w, j, idx, cnt);
+      take_bits<Sparse>(w, j, idx, cnt);
       if constexpr (Ties)
         if (ne < eqcap) {  // (the first eqcap equal ones only)
           for (int i = 0; i < 4; i++) e[i] = _mm512_cmp_ps_mask(x[i], tv, _CMP_EQ_OQ);
@@ -899,7 +901,7 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
         m[i] = Ties ? _mm512_cmpgt_epi32_mask(x[i], tv) : _mm512_cmpge_epi32_mask(x[i], tv);
       }
       const uint64_t w = join_masks_avx512(m);
-      take_bits<Ties>(w, j, idx, cnt);
+      take_bits<Sparse>(w, j, idx, cnt);
       if constexpr (Ties)
         if (ne < eqcap) {
           for (int i = 0; i < 4; i++) e[i] = _mm512_cmpeq_epi32_mask(x[i], tv);
@@ -916,7 +918,7 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
   return nat_guess_tail<V, Inc, Ties>(p, full, len, t, lanes, idx, cnt, cap, eq, neq, eqcap);
 }
 
-template <class V, bool Inc, bool Ties>
+template <class V, bool Inc, bool Ties, bool Sparse = false>
 TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, int32_t* idx,
                                        int64_t cap, int32_t* eq, int64_t* neq, int64_t eqcap) {
   const int64_t full = len / 64 * 64;
@@ -936,7 +938,7 @@ TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, i
                  _mm256_movemask_ps(_mm256_cmp_ps(x[i], tv, kCmp))))
              << (8 * i);
       }
-      take_bits<Ties>(w, j, idx, cnt);
+      take_bits<Sparse>(w, j, idx, cnt);
       if constexpr (Ties)
         if (ne < eqcap) {
           uint64_t we = 0;
@@ -969,7 +971,7 @@ TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, i
           w |= static_cast<uint64_t>(~lane_bits_avx2(_mm256_cmpgt_epi32(tv, x[i])) & 0xffu)
                << (8 * i);
       }
-      take_bits<Ties>(w, j, idx, cnt);
+      take_bits<Sparse>(w, j, idx, cnt);
       if constexpr (Ties)
         if (ne < eqcap) {
           uint64_t we = 0;
@@ -1004,7 +1006,7 @@ struct NatFns {
   // the guessed pass and the tie pass (nat_guess_*)
   using GuessFn = int64_t (*)(const V* p, int64_t len, V t, V* lanes, int32_t* idx, int64_t cap,
                               int32_t* eq, int64_t* neq, int64_t eqcap);
-  GuessFn guess = nullptr, ties = nullptr;
+  GuessFn guess = nullptr, ties = nullptr, ties_sparse = nullptr;  // (see take_bits)
 };
 
 template <class V, bool Inc>
@@ -1014,11 +1016,12 @@ NatFns<V> nat_fns() {
     case Isa::Avx512:
       return {nat_lanes_avx512<V, Inc, false>, nat_lanes_avx512<V, Inc, true>,
               nat_masks_avx512<V, Inc>, nat_kth_avx512<V>, nat_next_avx512<V, Inc>,
-              nat_guess_avx512<V, Inc, false>, nat_guess_avx512<V, Inc, true>};
+              nat_guess_avx512<V, Inc, false>, nat_guess_avx512<V, Inc, true>,
+              nat_guess_avx512<V, Inc, true, true>};
     case Isa::Avx2:
       return {nat_lanes_avx2<V, Inc, false>, nat_lanes_avx2<V, Inc, true>, nat_masks_avx2<V, Inc>,
               nat_kth_avx2<V>, nat_next_avx2<V, Inc>, nat_guess_avx2<V, Inc, false>,
-              nat_guess_avx2<V, Inc, true>};
+              nat_guess_avx2<V, Inc, true>, nat_guess_avx2<V, Inc, true, true>};
     default: break;
   }
 #endif
@@ -1427,6 +1430,7 @@ struct Guess {
   uint32_t bits = 0;
   bool set = false;
   bool ties = false;  // the last row's k best took values equal to the threshold: the tie pass
+  int64_t above = 0;  // how many of the last row's candidates were above it
   int64_t rows = 0, misses = 0;
   bool on() const { return misses <= 8 + rows / 8; }
 };
@@ -1695,7 +1699,8 @@ struct TopK {
     // the tie pass at t: above t, and equal (only where compares see t's neighbours as they are)
     const auto tie_pass = [&](V t, V* lanes) {
       neq = 0;
-      return nf.ties(p, len, t, lanes, idx, kGuessCap, eq, &neq, k);
+      return (g.above <= kSparseAbove ? nf.ties_sparse : nf.ties)(p, len, t, lanes, idx,
+                                                                  kGuessCap, eq, &neq, k);
     };
     bool tied = g.ties && exact_compares(t);
     int64_t c = tied ? tie_pass(t, lanes) : nf.guess(p, len, t, lanes, idx, kGuessCap, nullptr,
@@ -1727,6 +1732,7 @@ struct TopK {
     uint64_t cs[kGuessCap];
     for (int64_t q = 0; q < c; q++) cs[q] = composite(idx[q]);
     g.ties = c < k && neq > 1;
+    g.above = c;
     if (c >= k) {
       net(cs, c, buf);
       return true;
