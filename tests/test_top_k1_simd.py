@@ -112,10 +112,10 @@ for n, ks in [(1024, (32, 64)), (20000, (50, 100))]:
 # takes), all-equal rows (every element reaches the guess), rows of ties, NaN/inf rows after
 # the guess is made, +-0.0 as the best, the values 0..15 (more ties at the best than the pass
 # collects; NaN past them), the tie pass (ties across the k-th value with fewer than k above,
-# ties and random rows by turns, a best value repeated over many words, ties at +-0.0 next to
-# denormals with and without flush-to-zero), tails (rows not a multiple of 64), both
-# directions, k up to the network's 16 (and 17: not taken); then rows that keep defeating the
-# guess (the part stops guessing).
+# the values 0..99, ties and random rows by turns, a best value repeated over many words, ties
+# at +-0.0 next to denormals with and without flush-to-zero), tails (rows not a multiple of
+# 64), both directions, k up to the network's 16 (and 17: not taken); then rows that keep
+# defeating the guess (the part stops guessing).
 torch.set_num_threads(1)
 def guessed_rows(n, rows, dtype, kind):
     x = torch.randn(rows, n, dtype=torch.float64)
@@ -137,6 +137,10 @@ def guessed_rows(n, rows, dtype, kind):
         for r in range(rows):
             for _ in range(rng.randint(0, 7)):
                 x[r, rng.randrange(n)] = rng.choice([16.0, 17.0, 18.0, 40.0])
+    if kind == "hundred":  # 0..99: about n/100 of each value, the k best sometimes all equal
+        # to the best, sometimes not: the tie pass with at least k above its threshold (no equal
+        # ones needed), and with fewer (its equal ones, collected only while they may be needed)
+        x = torch.randint(0, 100, (rows, n)).double()
     if kind == "mixed":  # ties and random rows by turns: the tie pass switched on and off
         x[0::2] = torch.randint(0, 16, (rows // 2, n)).double()
         x[3::4] *= 100.0
@@ -176,8 +180,8 @@ torch.manual_seed(99)
 for n in (256, 300, 1024, 1041):
     for dtype in (torch.float32, torch.int32):
         for kind in ("alike", "jumps", "alternate", "equal", "ties", "special", "zeros",
-                     "zeros_up", "values", "values_nan", "above_ties", "mixed", "sparse_ties",
-                     "zero_ties"):
+                     "zeros_up", "values", "values_nan", "above_ties", "hundred", "mixed",
+                     "sparse_ties", "zero_ties"):
             if kind in ("special", "zeros", "zeros_up", "values_nan", "zero_ties") and \
                     dtype == torch.int32:
                 continue

@@ -808,8 +808,10 @@ TDO_TARGET_AVX2 V nat_kth_avx2(const V* v, int64_t k) {
 // is the greatest (decreasing; increasing, it is the least: never); returns their number, or
 // -1 once more than cap (the lanes are still made whole).
 // Ties (the tie pass): idx takes the elements above t instead (NaN as above), and eq the
-// positions of those equal to t, in order, until at least eqcap are held (room for eqcap + 66;
-// *neq their number): among equal values only the first eqcap can be among the eqcap best.  Exact
+// positions of those equal to t, in order, until they and those above t so far are at least
+// eqcap (room for eqcap + 66; *neq their number): among equal values only the first eqcap less
+// the number above can be among the eqcap best (rows of 0..99, k = 8, t = 98: the 98s are no
+// longer compared once eight 98s and 99s are seen, about 40% into the row).  Exact
 // only while compares see every value as it is: not so for a float t of 0 or subnormal when
 // denormals are read as zero (the caller checks).
 template <class V, bool Inc, bool Ties>
@@ -824,7 +826,7 @@ template <class V, bool Inc, bool Ties>
       idx[cnt] = static_cast<int32_t>(j);
       if constexpr (Ties) {
         cnt += Inc ? x > t : !(x <= t);
-        if (x == t && *neq < eqcap) eq[(*neq)++] = static_cast<int32_t>(j);
+        if (x == t && cnt + *neq < eqcap) eq[(*neq)++] = static_cast<int32_t>(j);
       } else {
         cnt += Inc ? x >= t : !(x < t);
       }
@@ -879,7 +881,7 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
       const uint64_t w = join_masks_avx512(m);
       take_bits<Sparse>(w, j, idx, cnt);
       if constexpr (Ties)
-        if (ne < eqcap) {  // (the first eqcap equal ones only)
+        if (ne + cnt < eqcap) {  // (only as many as the k best may need)
           for (int i = 0; i < 4; i++) e[i] = _mm512_cmp_ps_mask(x[i], tv, _CMP_EQ_OQ);
           collect_equal(join_masks_avx512(e), j, eq, ne);
         }
@@ -903,7 +905,7 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
       const uint64_t w = join_masks_avx512(m);
       take_bits<Sparse>(w, j, idx, cnt);
       if constexpr (Ties)
-        if (ne < eqcap) {
+        if (ne + cnt < eqcap) {
           for (int i = 0; i < 4; i++) e[i] = _mm512_cmpeq_epi32_mask(x[i], tv);
           collect_equal(join_masks_avx512(e), j, eq, ne);
         }
@@ -940,7 +942,7 @@ TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, i
       }
       take_bits<Sparse>(w, j, idx, cnt);
       if constexpr (Ties)
-        if (ne < eqcap) {
+        if (ne + cnt < eqcap) {
           uint64_t we = 0;
           for (int i = 0; i < 8; i++)
             we |= static_cast<uint64_t>(static_cast<uint32_t>(
@@ -973,7 +975,7 @@ TDO_TARGET_AVX2 int64_t nat_guess_avx2(const V* p, int64_t len, V t, V* lanes, i
       }
       take_bits<Sparse>(w, j, idx, cnt);
       if constexpr (Ties)
-        if (ne < eqcap) {
+        if (ne + cnt < eqcap) {
           uint64_t we = 0;
           for (int i = 0; i < 8; i++)
             we |= static_cast<uint64_t>(lane_bits_avx2(_mm256_cmpeq_epi32(x[i], tv))) << (8 * i);
@@ -1684,9 +1686,11 @@ struct TopK {
   // across the k-th value, as in rows of a few distinct values, where many elements reach any
   // threshold: the k best are those above it and then the first equal ones); false when more
   // than kGuessCap are above it: the other passes then take the span.  A row that needed equal
-  // values makes the next row's first read the tie pass.  The guess is made again from this
-  // row's group maxima after a miss, or when more than 3k reach it.  Its own function
-  // (noinline): its candidate lists on the stack would slow the caller's other paths.
+  // values, or whose k best end in equal keys (ties at the k-th value: rows of 0..99, k = 8,
+  // where ~20 elements reach the guess, 98 or 99, and ~10 are above it), makes the next row's
+  // first read the tie pass (1 thread: 447 -> 400 us, 4096x1024 int32).  The guess is made
+  // again from this row's group maxima after a miss, or when more than 3k reach it.  Its own
+  // function (noinline): its candidate lists on the stack would slow the caller's other paths.
   template <class V, class D, bool Inc>
   [[gnu::noinline]] bool scan_guess(const V* p, int64_t len, int64_t s0, CT* buf, Guess& g,
                                     const NatFns<V>& nf) const {
@@ -1735,6 +1739,7 @@ struct TopK {
     g.above = c;
     if (c >= k) {
       net(cs, c, buf);
+      g.ties = k >= 2 && key_of<KT>(buf[k - 1]) == key_of<KT>(buf[k - 2]);
       return true;
     }
     // (the tie pass) the c above t, sorted, then the first k - c equal to t: equal keys, so in
