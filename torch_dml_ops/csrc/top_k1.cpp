@@ -835,11 +835,14 @@ template <class V, bool Inc, bool Ties>
   return cnt > cap ? -1 : cnt;
 }
 
-// The tie pass's equal positions of one word (mask we, base j) into eq (ne of them held).
+// The tie pass's equal positions of one word (mask we, base j) into eq (ne of them held).  By a
+// branch: branch-free, rows of 0..99 (a 98 in about half the words) were 3% slower (2 threads).
 [[gnu::always_inline]] inline void collect_equal(uint64_t we, int64_t j, int32_t* eq,
                                                  int64_t& ne) {
-  flatten_bits(we, j, eq + ne);
-  ne += __builtin_popcountll(we);
+  if (we) {
+    flatten_bits(we, j, eq + ne);
+    ne += __builtin_popcountll(we);
+  }
 }
 
 // The positions of one word's bits (mask w, base j) onto idx[cnt...].  The guessed pass takes
@@ -1686,11 +1689,11 @@ struct TopK {
   // across the k-th value, as in rows of a few distinct values, where many elements reach any
   // threshold: the k best are those above it and then the first equal ones); false when more
   // than kGuessCap are above it: the other passes then take the span.  A row that needed equal
-  // values, or whose k best end in equal keys (ties at the k-th value: rows of 0..99, k = 8,
-  // where ~20 elements reach the guess, 98 or 99, and ~10 are above it), makes the next row's
-  // first read the tie pass (1 thread: 447 -> 400 us, 4096x1024 int32).  The guess is made
-  // again from this row's group maxima after a miss, or when more than 3k reach it.  Its own
-  // function (noinline): its candidate lists on the stack would slow the caller's other paths.
+  // values makes the next row's first read the tie pass (not a row whose k best merely end in
+  // equal keys: rows of 0..99, k = 8, the tie pass at 98 takes ~10 candidates instead of ~20,
+  // one thread 0.89x the time, but two threads 1.03x).  The guess is made again from this
+  // row's group maxima after a miss, or when more than 3k reach it.  Its own function
+  // (noinline): its candidate lists on the stack would slow the caller's other paths.
   template <class V, class D, bool Inc>
   [[gnu::noinline]] bool scan_guess(const V* p, int64_t len, int64_t s0, CT* buf, Guess& g,
                                     const NatFns<V>& nf) const {
@@ -1739,7 +1742,6 @@ struct TopK {
     g.above = c;
     if (c >= k) {
       net(cs, c, buf);
-      g.ties = k >= 2 && key_of<KT>(buf[k - 1]) == key_of<KT>(buf[k - 2]);
       return true;
     }
     // (the tie pass) the c above t, sorted, then the first k - c equal to t: equal keys, so in
