@@ -847,8 +847,8 @@ template <class V, bool Inc, bool Ties>
 
 // The positions of one word's bits (mask w, base j) onto idx[cnt...].  The guessed pass takes
 // about k of a row's words, often one of two: branch-free.  The tie pass, when the row before
-// had few above its threshold (`sparse`: the ties at the k-th value fill the k best, as in
-// rows of 0..15), mostly none: a branch, taken rarely.
+// had few above its threshold (Sparse, nf.ties_sparse: the ties at the k-th value fill the k
+// best, as in rows of 0..15), mostly none: a branch, taken rarely.
 template <bool Sparse>
 [[gnu::always_inline]] inline void take_bits(uint64_t w, int64_t j, int32_t* idx, int64_t& cnt) {
   if (Sparse && !w) return;
