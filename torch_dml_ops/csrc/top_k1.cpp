@@ -1168,10 +1168,20 @@ InsFn insert_fn() {
 // out[0, W) (0 past c); W = 8 or 16.  insert_net for each, the entries kept in registers on
 // AVX2 and AVX-512, in two independent chains (even and odd candidates) merged at the end.
 using NetFn = void (*)(const uint64_t* cs, int64_t c, uint64_t* out);
+// The same for two rows at once (a and b, c candidates each, the shorter list padded with
+// zeros, which leave the entries as they are): their chains interleaved, so that each hides
+// the other's latency (a row's net alone waits on its chain).
+using Net2Fn = void (*)(const uint64_t* a, const uint64_t* b, int64_t c, uint64_t* oa,
+                        uint64_t* ob);
 template <int W>
 void net_portable(const uint64_t* cs, int64_t c, uint64_t* out) {
   std::fill(out, out + W, uint64_t(0));
   for (int64_t q = 0; q < c; q++) insert_net<W>(out, cs[q]);
+}
+template <int W>
+void net2_portable(const uint64_t* a, const uint64_t* b, int64_t c, uint64_t* oa, uint64_t* ob) {
+  net_portable<W>(a, c, oa);
+  net_portable<W>(b, c, ob);
 }
 #ifdef TDO_X86_SIMD
 // AVX2: the entries in registers as signed 64-bit values (sign bit flipped: AVX2 compares
@@ -1200,35 +1210,56 @@ TDO_TARGET_AVX2 inline __m256i half_clean_avx2(__m256i v) {
   return _mm256_blend_epi32(max_s64_avx2(v, s), min_s64_avx2(v, s), Upper);
 }
 
-template <int W>
-TDO_TARGET_AVX2 void net_avx2(const uint64_t* cs, int64_t c, uint64_t* out) {
+// R rows' nets at once (cs[r], c candidates each; out[r]).
+template <int W, int R>
+TDO_TARGET_AVX2 [[gnu::always_inline]] inline void net_rows_avx2(const uint64_t* const* cs,
+                                                                  int64_t c, uint64_t* const* out) {
   constexpr int G = W / 4;
   const __m256i sign = _mm256_set1_epi64x(INT64_MIN);
-  __m256i a[G], b[G];
-  for (int g = 0; g < G; g++) a[g] = b[g] = sign;  // 0 (below every composite), flipped
-#define TDO_CAND(q) _mm256_set1_epi64x(static_cast<long long>(cs[q] ^ (uint64_t(1) << 63)))
+  __m256i a[R][G], b[R][G];
+  for (int r = 0; r < R; r++)
+    for (int g = 0; g < G; g++) a[r][g] = b[r][g] = sign;  // 0 (below every composite), flipped
+#define TDO_CAND(r, q) \
+  _mm256_set1_epi64x(static_cast<long long>(cs[r][q] ^ (uint64_t(1) << 63)))
   int64_t q = 0;
-  for (; q + 1 < c; q += 2) {  // a takes the even candidates, b the odd
-    net_step_avx2<G>(a, TDO_CAND(q));
-    net_step_avx2<G>(b, TDO_CAND(q + 1));
-  }
-  if (q < c) net_step_avx2<G>(a, TDO_CAND(q));
+  for (; q + 1 < c; q += 2)  // a takes the even candidates, b the odd
+    for (int r = 0; r < R; r++) {
+      net_step_avx2<G>(a[r], TDO_CAND(r, q));
+      net_step_avx2<G>(b[r], TDO_CAND(r, q + 1));
+    }
+  if (q < c)
+    for (int r = 0; r < R; r++) net_step_avx2<G>(a[r], TDO_CAND(r, q));
 #undef TDO_CAND
-  // the W largest of both: max(a[i], b[W - 1 - i]) (a bitonic sequence), then its sort:
-  // half-cleaners across the groups (distance W / 2 down to 4), then within each group
-  for (int g = 0; g < G; g++)
-    a[g] = max_s64_avx2(a[g], _mm256_permute4x64_epi64(b[G - 1 - g], 0x1b));
-  for (int h = G / 2; h >= 1; h /= 2)
+  for (int r = 0; r < R; r++) {
+    // the W largest of both: max(a[i], b[W - 1 - i]) (a bitonic sequence), then its sort:
+    // half-cleaners across the groups (distance W / 2 down to 4), then within each group
+    __m256i* x = a[r];
     for (int g = 0; g < G; g++)
-      if (!(g & h)) {
-        const __m256i hi = max_s64_avx2(a[g], a[g + h]);
-        a[g + h] = min_s64_avx2(a[g], a[g + h]);
-        a[g] = hi;
-      }
-  for (int g = 0; g < G; g++)
-    a[g] = half_clean_avx2<0xb1, 0xcc>(half_clean_avx2<0x4e, 0xf0>(a[g]));
-  for (int g = 0; g < G; g++)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * g), _mm256_xor_si256(a[g], sign));
+      x[g] = max_s64_avx2(x[g], _mm256_permute4x64_epi64(b[r][G - 1 - g], 0x1b));
+    for (int h = G / 2; h >= 1; h /= 2)
+      for (int g = 0; g < G; g++)
+        if (!(g & h)) {
+          const __m256i hi = max_s64_avx2(x[g], x[g + h]);
+          x[g + h] = min_s64_avx2(x[g], x[g + h]);
+          x[g] = hi;
+        }
+    for (int g = 0; g < G; g++)
+      x[g] = half_clean_avx2<0xb1, 0xcc>(half_clean_avx2<0x4e, 0xf0>(x[g]));
+    for (int g = 0; g < G; g++)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[r] + 4 * g),
+                          _mm256_xor_si256(x[g], sign));
+  }
+}
+template <int W>
+TDO_TARGET_AVX2 void net_avx2(const uint64_t* cs, int64_t c, uint64_t* out) {
+  net_rows_avx2<W, 1>(&cs, c, &out);
+}
+template <int W>
+TDO_TARGET_AVX2 void net2_avx2(const uint64_t* a, const uint64_t* b, int64_t c, uint64_t* oa,
+                               uint64_t* ob) {
+  const uint64_t* cs[2] = {a, b};
+  uint64_t* out[2] = {oa, ob};
+  net_rows_avx2<W, 2>(cs, c, out);
 }
 
 // One insert_net step on the 8 entries in a (descending) and the composite cv (broadcast).
@@ -1254,44 +1285,66 @@ TDO_TARGET_AVX512 [[gnu::always_inline]] inline __m512i sort_bitonic8_avx512(__m
   return m;
 }
 
-template <int W>
-TDO_TARGET_AVX512 void net_avx512(const uint64_t* cs, int64_t c, uint64_t* out) {
+// R rows' nets at once (cs[r], c candidates each; out[r]).
+template <int W, int R>
+TDO_TARGET_AVX512 [[gnu::always_inline]] inline void net_rows_avx512(
+    const uint64_t* const* cs, int64_t c, uint64_t* const* out) {
   const __m512i top = _mm512_set1_epi64(-1);
-  __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+  const __m512i rev = _mm512_setr_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+#define TDO_CAND(r, q) _mm512_set1_epi64(static_cast<long long>(cs[r][q]))
   if constexpr (W == 8) {
+    __m512i a0[R], a1[R];  // a0 takes the even candidates, a1 the odd
+    for (int r = 0; r < R; r++) a0[r] = a1[r] = _mm512_setzero_si512();
     int64_t q = 0;
-    for (; q + 1 < c; q += 2) {  // a0 takes the even candidates, a1 the odd
-      const __m512i c0 = _mm512_set1_epi64(static_cast<long long>(cs[q]));
-      const __m512i c1 = _mm512_set1_epi64(static_cast<long long>(cs[q + 1]));
-      TDO_NET8_STEP(a0, c0);
-      TDO_NET8_STEP(a1, c1);
-    }
-    if (q < c) {
-      const __m512i c0 = _mm512_set1_epi64(static_cast<long long>(cs[q]));
-      TDO_NET8_STEP(a0, c0);
-    }
+    for (; q + 1 < c; q += 2)
+      for (int r = 0; r < R; r++) {
+        const __m512i c0 = TDO_CAND(r, q), c1 = TDO_CAND(r, q + 1);
+        TDO_NET8_STEP(a0[r], c0);
+        TDO_NET8_STEP(a1[r], c1);
+      }
+    if (q < c)
+      for (int r = 0; r < R; r++) {
+        const __m512i c0 = TDO_CAND(r, q);
+        TDO_NET8_STEP(a0[r], c0);
+      }
     // the 8 largest of both: max(a0[i], a1[7 - i]) (a bitonic sequence), then its sort
-    __m512i m = _mm512_max_epu64(
-        a0, _mm512_permutexvar_epi64(_mm512_setr_epi64(7, 6, 5, 4, 3, 2, 1, 0), a1));
-    _mm512_storeu_si512(out, sort_bitonic8_avx512(m));
+    for (int r = 0; r < R; r++)
+      _mm512_storeu_si512(out[r], sort_bitonic8_avx512(_mm512_max_epu64(
+                                      a0[r], _mm512_permutexvar_epi64(rev, a1[r]))));
   } else {
     // entries 0-7 in a0, 8-15 in a1, and the same in b0, b1: a takes the even candidates, b
     // the odd (two chains of half the length)
-    __m512i b0 = _mm512_setzero_si512(), b1 = _mm512_setzero_si512();
+    __m512i a0[R], a1[R], b0[R], b1[R];
+    for (int r = 0; r < R; r++) a0[r] = a1[r] = b0[r] = b1[r] = _mm512_setzero_si512();
     int64_t q = 0;
-    for (; q + 1 < c; q += 2) {
-      TDO_NET16_STEP(a0, a1, _mm512_set1_epi64(static_cast<long long>(cs[q])));
-      TDO_NET16_STEP(b0, b1, _mm512_set1_epi64(static_cast<long long>(cs[q + 1])));
-    }
-    if (q < c) TDO_NET16_STEP(a0, a1, _mm512_set1_epi64(static_cast<long long>(cs[q])));
+    for (; q + 1 < c; q += 2)
+      for (int r = 0; r < R; r++) {
+        TDO_NET16_STEP(a0[r], a1[r], TDO_CAND(r, q));
+        TDO_NET16_STEP(b0[r], b1[r], TDO_CAND(r, q + 1));
+      }
+    if (q < c)
+      for (int r = 0; r < R; r++) TDO_NET16_STEP(a0[r], a1[r], TDO_CAND(r, q));
     // the 16 largest of both: max(a[i], b[15 - i]) (a bitonic sequence), then its sort: entry
     // i against i + 8 across the two vectors, then within each as for W == 8
-    const __m512i rev = _mm512_setr_epi64(7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i m0 = _mm512_max_epu64(a0, _mm512_permutexvar_epi64(rev, b1));
-    const __m512i m1 = _mm512_max_epu64(a1, _mm512_permutexvar_epi64(rev, b0));
-    _mm512_storeu_si512(out, sort_bitonic8_avx512(_mm512_max_epu64(m0, m1)));
-    _mm512_storeu_si512(out + 8, sort_bitonic8_avx512(_mm512_min_epu64(m0, m1)));
+    for (int r = 0; r < R; r++) {
+      const __m512i m0 = _mm512_max_epu64(a0[r], _mm512_permutexvar_epi64(rev, b1[r]));
+      const __m512i m1 = _mm512_max_epu64(a1[r], _mm512_permutexvar_epi64(rev, b0[r]));
+      _mm512_storeu_si512(out[r], sort_bitonic8_avx512(_mm512_max_epu64(m0, m1)));
+      _mm512_storeu_si512(out[r] + 8, sort_bitonic8_avx512(_mm512_min_epu64(m0, m1)));
+    }
   }
+#undef TDO_CAND
+}
+template <int W>
+TDO_TARGET_AVX512 void net_avx512(const uint64_t* cs, int64_t c, uint64_t* out) {
+  net_rows_avx512<W, 1>(&cs, c, &out);
+}
+template <int W>
+TDO_TARGET_AVX512 void net2_avx512(const uint64_t* a, const uint64_t* b, int64_t c,
+                                   uint64_t* oa, uint64_t* ob) {
+  const uint64_t* cs[2] = {a, b};
+  uint64_t* out[2] = {oa, ob};
+  net_rows_avx512<W, 2>(cs, c, out);
 }
 #undef TDO_NET8_STEP
 #undef TDO_NET16_STEP
@@ -1307,6 +1360,17 @@ NetFn net_fn() {
   }
 #endif
   return net_portable<W>;
+}
+template <int W>
+Net2Fn net2_fn() {
+#ifdef TDO_X86_SIMD
+  switch (cpu_isa()) {
+    case Isa::Avx512: return net2_avx512<W>;
+    case Isa::Avx2: return net2_avx2<W>;
+    default: break;
+  }
+#endif
+  return net2_portable<W>;
 }
 
 template <class CT>
@@ -1452,6 +1516,7 @@ struct TopK {
   MaskFn<KT> mf;
   InsFn ins;  // insert_net for k <= kNetMaxK (32-bit keys)
   NetFn net;  // the same over a list of candidates (scan_guess)
+  Net2Fn net2;  // and over two rows' lists at once (guessed_rows)
   // float32 / int32 rows of 32-bit keys: the native-order pass (scan_native)
   ScalarType native = ScalarType::Undefined;
   NatFns<float> nat_f{};
@@ -1694,26 +1759,42 @@ struct TopK {
   // one thread 0.89x the time, but two threads 1.03x).  The guess is made again from this
   // row's group maxima after a miss, or when more than 3k reach it.  Its own function
   // (noinline): its candidate lists on the stack would slow the caller's other paths.
+  // A row's guessed pass, read (guess_read) and finished (guess_finish): the candidates'
+  // positions, the equal ones' (the tie pass), and how many.
+  struct GuessRow {
+    int32_t idx[kGuessCap + 128], eq[kNetMaxK + 66];
+    int64_t c = 0, neq = 0;
+  };
   template <class V, class D, bool Inc>
   [[gnu::noinline]] bool scan_guess(const V* p, int64_t len, int64_t s0, CT* buf, Guess& g,
                                     const NatFns<V>& nf) const {
+    GuessRow gr;
+    if (!guess_read<V, Inc>(p, len, g, nf, gr)) return false;
+    guess_finish<V, D>(p, s0, gr, buf);
+    return true;
+  }
+  // The read: false when the other passes must take the span (more than kGuessCap reach the
+  // guess, or are above it); the guess kept up to date.
+  template <class V, bool Inc>
+  [[gnu::always_inline]] bool guess_read(const V* p, int64_t len, Guess& g, const NatFns<V>& nf,
+                                         GuessRow& gr) const {
     static_assert(sizeof(V) == sizeof(g.bits), "a 32-bit threshold");
     alignas(64) V lanes[L];
-    int32_t idx[kGuessCap + 128], eq[kNetMaxK + 66];
-    int64_t neq = 0;
+    int32_t* idx = gr.idx;
+    gr.neq = 0;
     V t = nat_lowest<V>();
     if (g.set) std::memcpy(&t, &g.bits, sizeof(t));
     // the tie pass at t: above t, and equal (only where compares see t's neighbours as they are)
     const auto tie_pass = [&](V t, V* lanes) {
-      neq = 0;
+      gr.neq = 0;
       return (g.above <= kSparseAbove ? nf.ties_sparse : nf.ties)(p, len, t, lanes, idx,
-                                                                  kGuessCap, eq, &neq, k);
+                                                                  kGuessCap, gr.eq, &gr.neq, k);
     };
     bool tied = g.ties && exact_compares(t);
     int64_t c = tied ? tie_pass(t, lanes) : nf.guess(p, len, t, lanes, idx, kGuessCap, nullptr,
                                                     nullptr, 0);
     g.rows++;
-    const auto enough = [&] { return c >= k || (tied && c >= 0 && c + neq >= k); };
+    const auto enough = [&] { return c >= k || (tied && c >= 0 && c + gr.neq >= k); };
     bool hit = enough();
     if (!g.set || !hit || c > 3 * k) {  // a new guess (kept while it works)
       const V next = nf.kth(lanes, std::min<int64_t>(L, k + kGuessSlack));
@@ -1731,24 +1812,85 @@ struct TopK {
                : nf.guess(p, len, tk, again, idx, kGuessCap, nullptr, nullptr, 0);
       if (!enough()) return false;  // more than kGuessCap reach it (or are above it)
     }
-    const auto composite = [&](int32_t j) [[gnu::always_inline]] {
-      typename D::UT bits;
-      std::memcpy(&bits, p + j, sizeof(bits));
-      return comp<KT>(static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask), s0 + j);
-    };
-    uint64_t cs[kGuessCap];
-    for (int64_t q = 0; q < c; q++) cs[q] = composite(idx[q]);
-    g.ties = c < k && neq > 1;
+    g.ties = c < k && gr.neq > 1;
     g.above = c;
+    gr.c = c;
+    return true;
+  }
+  // The composite of p[j] (row index s0 + j).
+  template <class D>
+  [[gnu::always_inline]] uint64_t guess_comp(const void* p, int64_t s0, int32_t j) const {
+    typename D::UT bits;
+    std::memcpy(&bits, static_cast<const char*>(p) + int64_t(j) * sizeof(bits), sizeof(bits));
+    return comp<KT>(static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask), s0 + j);
+  }
+  // The finish: the k best into buf, sorted.  At least k candidates (gr.c >= k): the k best of
+  // the span are among them (each beats every other element), and the sorted network of
+  // their composites gives them (4096x1024 float32, k = 8: ~16 candidates, no branch per
+  // candidate).  Fewer (the tie pass): the c above t, sorted, then the first k - c equal to t:
+  // equal keys, so in index order (descending composites) already.
+  template <class V, class D>
+  [[gnu::always_inline]] void guess_finish(const V* p, int64_t s0, const GuessRow& gr,
+                                           CT* buf) const {
+    const int64_t c = gr.c;
+    uint64_t cs[kGuessCap];
+    for (int64_t q = 0; q < c; q++) cs[q] = guess_comp<D>(p, s0, gr.idx[q]);
     if (c >= k) {
       net(cs, c, buf);
-      return true;
+      return;
     }
-    // (the tie pass) the c above t, sorted, then the first k - c equal to t: equal keys, so in
-    // index order (descending composites) already
     if (c > 0) net(cs, c, buf);
-    for (int64_t q = c; q < k; q++) buf[q] = composite(eq[q - c]);
-    return true;
+    for (int64_t q = c; q < k; q++) buf[q] = guess_comp<D>(p, s0, gr.eq[q - c]);
+  }
+  // Two rows' finish (both with at least k candidates), their nets at once (net2).
+  template <class V, class D>
+  [[gnu::always_inline]] void guess_finish2(const V* pa, const GuessRow& ga, CT* oa,
+                                            const V* pb, const GuessRow& gb, CT* ob) const {
+    const int64_t c = std::max(ga.c, gb.c);
+    uint64_t ca[kGuessCap], cb[kGuessCap];
+    for (int64_t q = 0; q < c; q++) {  // the shorter list padded with zeros
+      ca[q] = q < ga.c ? guess_comp<D>(pa, 0, ga.idx[q]) : 0;
+      cb[q] = q < gb.c ? guess_comp<D>(pb, 0, gb.idx[q]) : 0;
+    }
+    net2(ca, cb, c, oa, ob);
+  }
+
+  // A part's rows [b, e) of the guessed pass (float32 / int32 rows of kGuessMin to INT32_MAX
+  // elements, 1 < k <= kNetMaxK), in pairs: a row whose read leaves at least k candidates
+  // waits for the next such row, and their nets run at once (net2).  A row the guess cannot
+  // take goes to scan() (the other passes).
+  template <class V, class D, bool Inc>
+  void guessed_rows(int64_t b, int64_t e, CT* buf, KT* kb, Guess& g, const NatFns<V>& nf) const {
+    GuessRow gr[2];
+    CT out[2][kNetMaxK];
+    int pend = -1;  // the slot of a row waiting for its pair
+    int64_t prow = 0;
+    for (int64_t r = b; r < e; r++) {
+      const V* p = reinterpret_cast<const V*>(row(r));
+      const int s = pend == 0 ? 1 : 0;
+      if (!g.on() || !guess_read<V, Inc>(p, n, g, nf, gr[s])) {
+        scan(row(r), 0, n, buf, kb);
+        emit(r, buf, k <= kSortedMaxK);
+        continue;
+      }
+      if (gr[s].c < k) {  // the tie pass's rows alone
+        guess_finish<V, D>(p, 0, gr[s], out[s]);
+        emit(r, out[s], true);
+      } else if (pend < 0) {
+        pend = s;
+        prow = r;
+      } else {
+        guess_finish2<V, D>(reinterpret_cast<const V*>(row(prow)), gr[pend], out[pend], p, gr[s],
+                            out[s]);
+        emit(prow, out[pend], true);
+        emit(r, out[s], true);
+        pend = -1;
+      }
+    }
+    if (pend >= 0) {
+      guess_finish<V, D>(reinterpret_cast<const V*>(row(prow)), 0, gr[pend], out[pend]);
+      emit(prow, out[pend], true);
+    }
   }
 
   // scan() for float32 and int32 (V) with the native-order pass; D their key.  A block with a
@@ -1993,6 +2135,18 @@ struct TopK {
       Guess* gp = n * esize <= kPrefetchRowMax || (e - b >= 8 && n * esize <= kGuessRowMax)
                       ? &guess
                       : nullptr;
+      if constexpr (std::is_same_v<CT, uint64_t>)
+        if (gp && native != ScalarType::Undefined && k > 1 && k <= kNetMaxK &&
+            n >= kGuessMin && n <= INT32_MAX) {
+          const bool inc = mask != 0;
+          if (native == ScalarType::Float)
+            inc ? guessed_rows<float, KeyF32, true>(b, e, buf, kb, guess, nat_f)
+                : guessed_rows<float, KeyF32, false>(b, e, buf, kb, guess, nat_f);
+          else
+            inc ? guessed_rows<int32_t, KeyI32, true>(b, e, buf, kb, guess, nat_i)
+                : guessed_rows<int32_t, KeyI32, false>(b, e, buf, kb, guess, nat_i);
+          return;
+        }
       for (int64_t r = b; r < e; r++) {
         // a short row: fetch a later one while this one's candidates are worked on (the
         // hardware prefetcher alone stays too close), so that its pass reads from cache
@@ -2021,6 +2175,7 @@ void run_top_k1(const Tensor& x, int64_t rows, int64_t n, int64_t inner, int64_t
   c.mf = mask_fn<KT>();
   c.ins = half_net(k) ? insert_fn<kNetMaxK / 2>() : insert_fn<kNetMaxK>();
   c.net = half_net(k) ? net_fn<kNetMaxK / 2>() : net_fn<kNetMaxK>();
+  c.net2 = half_net(k) ? net2_fn<kNetMaxK / 2>() : net2_fn<kNetMaxK>();
   c.kf = kf;
   c.mask = largest ? KT(0) : static_cast<KT>(~KT(0));
   const ScalarType dt = x.scalar_type();
