@@ -1848,10 +1848,10 @@ struct TopK {
                                             const V* pb, const GuessRow& gb, CT* ob) const {
     const int64_t c = std::max(ga.c, gb.c);
     uint64_t ca[kGuessCap], cb[kGuessCap];
-    for (int64_t q = 0; q < c; q++) {  // the shorter list padded with zeros
-      ca[q] = q < ga.c ? guess_comp<D>(pa, 0, ga.idx[q]) : 0;
-      cb[q] = q < gb.c ? guess_comp<D>(pb, 0, gb.idx[q]) : 0;
-    }
+    for (int64_t q = 0; q < ga.c; q++) ca[q] = guess_comp<D>(pa, 0, ga.idx[q]);
+    for (int64_t q = 0; q < gb.c; q++) cb[q] = guess_comp<D>(pb, 0, gb.idx[q]);
+    std::fill(ca + ga.c, ca + c, uint64_t(0));  // the shorter list padded with zeros
+    std::fill(cb + gb.c, cb + c, uint64_t(0));
     net2(ca, cb, c, oa, ob);
   }
 
