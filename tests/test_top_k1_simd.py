@@ -106,7 +106,7 @@ for n, ks in [(1024, (32, 64)), (20000, (50, 100))]:
             for k in ks:
                 for direction in ("decreasing", "increasing"):
                     check(x, k, direction, ("sampled bound", n, str(dtype), shift, k, direction))
-# The guessed pass (scan_guess): many rows of one call on one thread, each row's threshold
+# The guessed pass (guessed_rows): many rows of one call on one thread, each row's threshold
 # guessed from the row before.  Rows that stay alike (the guess holds), whose scale jumps up
 # (the guess is too high: fewer than k reach it) or down (too low: more candidates than it
 # takes), all-equal rows (every element reaches the guess), rows of ties, NaN/inf rows after

@@ -35,12 +35,13 @@
 //   their candidate passes.
 //   Other dtypes compute every key (block_keys) and filter blocks by their maximum.
 // - float32 and int32 rows of a call that has many (k <= kNetMaxK), guessed pass
-//   (scan_guess): each thread's rows take a threshold guessed from an earlier row's group
+//   (guessed_rows): each thread's rows take a threshold guessed from an earlier row's group
 //   maxima; one read gives the elements that reach it and this row's maxima, and when at least
 //   k reach it, a network of their composites gives the k best; when fewer (or too many) do,
 //   a second read takes the row's own k-th largest group maximum as the threshold, and the
 //   passes above take the row only when too many reach that too.  4096x1024 float32, k = 8:
 //   ~16 candidates a row, none of them a branch; 1.9x faster than those passes, measured.
+//   Rows run in pairs, their networks at once (each hides the other's latency: 0.95x the time).
 //   Rows of few distinct values (many elements equal to any threshold) take the tie pass: the
 //   elements above the threshold, and only the first k equal to it (the later ones lose every
 //   tie to them); 4096x1024 of the values 0..15, k = 8: 1.45x faster than the guessed pass
@@ -116,7 +117,7 @@ constexpr int64_t kPrefetchRows = 2;
 // The native pass makes its candidate masks this many elements at a time, each chunk with the
 // threshold as it has risen.
 constexpr int64_t kChunk = 256;
-// The guessed pass (scan_guess): rows of at least kGuessMin elements and k <= kNetMaxK; at most
+// The guessed pass (guessed_rows): rows of at least kGuessMin elements and k <= kNetMaxK; at most
 // kGuessCap candidates (more: the guess was too low, the other passes take the row); the guess
 // for the next row is the (k + kGuessSlack)-th largest of this row's L group maxima.
 constexpr int64_t kGuessMin = 4 * 64;
@@ -802,7 +803,7 @@ TDO_TARGET_AVX2 V nat_kth_avx2(const V* v, int64_t k) {
   for (int r = 2; w; w &= w - 1) o[r++] = static_cast<int32_t>(base + __builtin_ctzll(w));
 }
 
-// The guessed pass over a row p[0, len) (scan_guess): in one read, the L group maxima of the
+// The guessed pass over a row p[0, len) (guess_read): in one read, the L group maxima of the
 // transformed values (lanes, as nat_lanes) and the positions of the elements that beat every
 // transformed value below t into idx (room for cap + 128): those not below t, and a NaN when it
 // is the greatest (decreasing; increasing, it is the least: never); returns their number, or
@@ -1493,7 +1494,7 @@ std::unique_ptr<T[]> allocate(int64_t count, const char* what) {
   return std::unique_ptr<T[]>(p);
 }
 
-// A parallel part's guess for scan_guess (the bits of a float or int32 threshold), and how
+// A parallel part's guess for the guessed pass (the bits of a float or int32 threshold), and how
 // often it failed: a part whose rows keep defeating it stops guessing.
 struct Guess {
   uint32_t bits = 0;
@@ -1515,7 +1516,7 @@ struct TopK {
   KeyFn<KT> kf;
   MaskFn<KT> mf;
   InsFn ins;  // insert_net for k <= kNetMaxK (32-bit keys)
-  NetFn net;  // the same over a list of candidates (scan_guess)
+  NetFn net;  // the same over a list of candidates (guess_finish)
   Net2Fn net2;  // and over two rows' lists at once (guessed_rows)
   // float32 / int32 rows of 32-bit keys: the native-order pass (scan_native)
   ScalarType native = ScalarType::Undefined;
@@ -1544,7 +1545,7 @@ struct TopK {
   // returns m.  buf holds cap entries, kb KB + L keys (the L group maxima last).
   // pf: where to prefetch the row a few on (the native pass; null: none).
   int64_t scan(const char* rp, int64_t s0, int64_t s1, CT* buf, KT* kb,
-               const char* pf = nullptr, Guess* guess = nullptr) const {
+               const char* pf = nullptr) const {
     KT* lanes = kb + KB;
     // float32 / int32 spans of at least 256 (shorter: the key pass, vectorized inline, is as
     // fast or faster: rows of 17 2x, 64 1.04x, measured)
@@ -1584,11 +1585,11 @@ struct TopK {
     }
     const bool inc = mask != 0;
     if (native == ScalarType::Float)
-      return inc ? scan_native<float, KeyF32, true>(rp, s0, s1, buf, kb, pf, guess, nat_f)
-                 : scan_native<float, KeyF32, false>(rp, s0, s1, buf, kb, pf, guess, nat_f);
+      return inc ? scan_native<float, KeyF32, true>(rp, s0, s1, buf, kb, pf, nat_f)
+                 : scan_native<float, KeyF32, false>(rp, s0, s1, buf, kb, pf, nat_f);
     if (native == ScalarType::Int)
-      return inc ? scan_native<int32_t, KeyI32, true>(rp, s0, s1, buf, kb, pf, guess, nat_i)
-                 : scan_native<int32_t, KeyI32, false>(rp, s0, s1, buf, kb, pf, guess, nat_i);
+      return inc ? scan_native<int32_t, KeyI32, true>(rp, s0, s1, buf, kb, pf, nat_i)
+                 : scan_native<int32_t, KeyI32, false>(rp, s0, s1, buf, kb, pf, nat_i);
     // Candidates are the keys >= t.  Before anything is known t is 0, or, in a block, the
     // k-th largest of its group maxima (k groups hold a key at least that large, so smaller
     // keys are out of the k best for good).  Once k are held, t is the k-th best key + 1
@@ -1757,22 +1758,13 @@ struct TopK {
   // values makes the next row's first read the tie pass (not a row whose k best merely end in
   // equal keys: rows of 0..99, k = 8, the tie pass at 98 takes ~10 candidates instead of ~20,
   // one thread 0.89x the time, but two threads 1.03x).  The guess is made again from this
-  // row's group maxima after a miss, or when more than 3k reach it.  Its own function
-  // (noinline): its candidate lists on the stack would slow the caller's other paths.
-  // A row's guessed pass, read (guess_read) and finished (guess_finish): the candidates'
-  // positions, the equal ones' (the tie pass), and how many.
+  // row's group maxima after a miss, or when more than 3k reach it.  A row's pass is read
+  // (guess_read), then finished (guess_finish; two rows at once: guess_finish2).
+  // GuessRow: a read's candidates' positions, the equal ones' (the tie pass), and how many.
   struct GuessRow {
     int32_t idx[kGuessCap + 128], eq[kNetMaxK + 66];
     int64_t c = 0, neq = 0;
   };
-  template <class V, class D, bool Inc>
-  [[gnu::noinline]] bool scan_guess(const V* p, int64_t len, int64_t s0, CT* buf, Guess& g,
-                                    const NatFns<V>& nf) const {
-    GuessRow gr;
-    if (!guess_read<V, Inc>(p, len, g, nf, gr)) return false;
-    guess_finish<V, D>(p, s0, gr, buf);
-    return true;
-  }
   // The read: false when the other passes must take the span (more than kGuessCap reach the
   // guess, or are above it); the guess kept up to date.
   template <class V, bool Inc>
@@ -1858,9 +1850,13 @@ struct TopK {
   // A part's rows [b, e) of the guessed pass (float32 / int32 rows of kGuessMin to INT32_MAX
   // elements, 1 < k <= kNetMaxK), in pairs: a row whose read leaves at least k candidates
   // waits for the next such row, and their nets run at once (net2).  A row the guess cannot
-  // take goes to scan() (the other passes).
+  // take goes to scan() (the other passes, with their prefetch of a later short row).  Its
+  // own function (noinline): its candidate lists on the stack would slow the caller's other
+  // paths.
   template <class V, class D, bool Inc>
-  void guessed_rows(int64_t b, int64_t e, CT* buf, KT* kb, Guess& g, const NatFns<V>& nf) const {
+  [[gnu::noinline]] void guessed_rows(int64_t b, int64_t e, CT* buf, KT* kb,
+                                      const NatFns<V>& nf) const {
+    Guess g;
     GuessRow gr[2];
     CT out[2][kNetMaxK];
     int pend = -1;  // the slot of a row waiting for its pair
@@ -1869,7 +1865,9 @@ struct TopK {
       const V* p = reinterpret_cast<const V*>(row(r));
       const int s = pend == 0 ? 1 : 0;
       if (!g.on() || !guess_read<V, Inc>(p, n, g, nf, gr[s])) {
-        scan(row(r), 0, n, buf, kb);
+        const bool short_row = n * esize <= kPrefetchRowMax;
+        scan(row(r), 0, n, buf, kb,
+             short_row && r + kPrefetchRows < e ? row(r + kPrefetchRows) : nullptr);
         emit(r, buf, k <= kSortedMaxK);
         continue;
       }
@@ -1897,12 +1895,8 @@ struct TopK {
   // NaN takes the key pass (block_keys), like scan().
   template <class V, class D, bool Inc>
   int64_t scan_native(const char* rp, int64_t s0, int64_t s1, CT* buf, KT* kb, const char* pf,
-                      Guess* guess, const NatFns<V>& nf) const {
+                      const NatFns<V>& nf) const {
     const V* p = reinterpret_cast<const V*>(rp);
-    if constexpr (std::is_same_v<CT, uint64_t>)
-      if (guess && k <= kNetMaxK && s1 - s0 >= kGuessMin && s1 - s0 <= INT32_MAX &&
-          guess->on() && scan_guess<V, D, Inc>(p + s0, s1 - s0, s0, buf, *guess, nf))
-        return k;
     KT* lanes = kb + KB;
     V vl[L];
     int64_t m = 0;
@@ -2127,24 +2121,22 @@ struct TopK {
     parallel_parts(rows, parts, [&](int64_t b, int64_t e, int part) {
       CT* buf = sc.buf[part].get();
       KT* kb = sc.kb[part].get();
-      // This part's rows, in order, guess their threshold from the row before (scan_guess):
+      // This part's rows, in order, guess their threshold from the row before (guessed_rows):
       // its first row has none and reads its data twice (the guess pass, then the others),
       // which pays when the row is short, or over several rows that fit in L2 (longer rows
       // are as fast without: 8 rows of 2**18, k = 8: 1.1x slower with it, measured).
-      Guess guess;
-      Guess* gp = n * esize <= kPrefetchRowMax || (e - b >= 8 && n * esize <= kGuessRowMax)
-                      ? &guess
-                      : nullptr;
+      const bool guessing =
+          n * esize <= kPrefetchRowMax || (e - b >= 8 && n * esize <= kGuessRowMax);
       if constexpr (std::is_same_v<CT, uint64_t>)
-        if (gp && native != ScalarType::Undefined && k > 1 && k <= kNetMaxK &&
+        if (guessing && native != ScalarType::Undefined && k > 1 && k <= kNetMaxK &&
             n >= kGuessMin && n <= INT32_MAX) {
           const bool inc = mask != 0;
           if (native == ScalarType::Float)
-            inc ? guessed_rows<float, KeyF32, true>(b, e, buf, kb, guess, nat_f)
-                : guessed_rows<float, KeyF32, false>(b, e, buf, kb, guess, nat_f);
+            inc ? guessed_rows<float, KeyF32, true>(b, e, buf, kb, nat_f)
+                : guessed_rows<float, KeyF32, false>(b, e, buf, kb, nat_f);
           else
-            inc ? guessed_rows<int32_t, KeyI32, true>(b, e, buf, kb, guess, nat_i)
-                : guessed_rows<int32_t, KeyI32, false>(b, e, buf, kb, guess, nat_i);
+            inc ? guessed_rows<int32_t, KeyI32, true>(b, e, buf, kb, nat_i)
+                : guessed_rows<int32_t, KeyI32, false>(b, e, buf, kb, nat_i);
           return;
         }
       for (int64_t r = b; r < e; r++) {
@@ -2154,7 +2146,7 @@ struct TopK {
         if (short_row && r + 1 < e && (native == ScalarType::Undefined || k == 1))
           for (int64_t o = 0; o < n * esize; o += 64) __builtin_prefetch(row(r + 1) + o);
         scan(row(r), 0, n, buf, kb,
-             short_row && r + kPrefetchRows < e ? row(r + kPrefetchRows) : nullptr, gp);
+             short_row && r + kPrefetchRows < e ? row(r + kPrefetchRows) : nullptr);
         emit(r, buf, k <= kSortedMaxK);
       }
     });
