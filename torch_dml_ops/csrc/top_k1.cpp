@@ -1351,27 +1351,21 @@ TDO_TARGET_AVX512 void net2_avx512(const uint64_t* a, const uint64_t* b, int64_t
 #undef TDO_NET16_STEP
 #endif
 
+// The network of W entries for this machine, for one row and for two at once.
+struct Nets {
+  NetFn one;
+  Net2Fn two;
+};
 template <int W>
-NetFn net_fn() {
+Nets net_fns() {
 #ifdef TDO_X86_SIMD
   switch (cpu_isa()) {
-    case Isa::Avx512: return net_avx512<W>;
-    case Isa::Avx2: return net_avx2<W>;
+    case Isa::Avx512: return {net_avx512<W>, net2_avx512<W>};
+    case Isa::Avx2: return {net_avx2<W>, net2_avx2<W>};
     default: break;
   }
 #endif
-  return net_portable<W>;
-}
-template <int W>
-Net2Fn net2_fn() {
-#ifdef TDO_X86_SIMD
-  switch (cpu_isa()) {
-    case Isa::Avx512: return net2_avx512<W>;
-    case Isa::Avx2: return net2_avx2<W>;
-    default: break;
-  }
-#endif
-  return net2_portable<W>;
+  return {net_portable<W>, net2_portable<W>};
 }
 
 template <class CT>
@@ -1742,7 +1736,7 @@ struct TopK {
       return vk == std::numeric_limits<V>::max() ? vk : static_cast<V>(vk + 1);
   }
 
-  // The guessed pass of a span p[0, len) (row index s0 + j).  Rows of one distribution have
+  // The guessed pass of a row p[0, n).  Rows of one distribution have
   // similar k-th best values, so a threshold guessed from an earlier row's group maxima (their
   // (k + kGuessSlack)-th largest) is usually below this row's k-th best, but not far.  One
   // read (nat_guess) finds this row's group maxima and the positions of the elements that
@@ -1809,12 +1803,12 @@ struct TopK {
     gr.c = c;
     return true;
   }
-  // The composite of p[j] (row index s0 + j).
+  // The composite of the row's element p[j].
   template <class D>
-  [[gnu::always_inline]] uint64_t guess_comp(const void* p, int64_t s0, int32_t j) const {
+  [[gnu::always_inline]] uint64_t guess_comp(const void* p, int32_t j) const {
     typename D::UT bits;
     std::memcpy(&bits, static_cast<const char*>(p) + int64_t(j) * sizeof(bits), sizeof(bits));
-    return comp<KT>(static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask), s0 + j);
+    return comp<KT>(static_cast<KT>(static_cast<KT>(D::key(bits)) ^ mask), j);
   }
   // The finish: the k best into buf, sorted.  At least k candidates (gr.c >= k): the k best of
   // the span are among them (each beats every other element), and the sorted network of
@@ -1822,17 +1816,16 @@ struct TopK {
   // candidate).  Fewer (the tie pass): the c above t, sorted, then the first k - c equal to t:
   // equal keys, so in index order (descending composites) already.
   template <class V, class D>
-  [[gnu::always_inline]] void guess_finish(const V* p, int64_t s0, const GuessRow& gr,
-                                           CT* buf) const {
+  [[gnu::always_inline]] void guess_finish(const V* p, const GuessRow& gr, CT* buf) const {
     const int64_t c = gr.c;
     uint64_t cs[kGuessCap];
-    for (int64_t q = 0; q < c; q++) cs[q] = guess_comp<D>(p, s0, gr.idx[q]);
+    for (int64_t q = 0; q < c; q++) cs[q] = guess_comp<D>(p, gr.idx[q]);
     if (c >= k) {
       net(cs, c, buf);
       return;
     }
     if (c > 0) net(cs, c, buf);
-    for (int64_t q = c; q < k; q++) buf[q] = guess_comp<D>(p, s0, gr.eq[q - c]);
+    for (int64_t q = c; q < k; q++) buf[q] = guess_comp<D>(p, gr.eq[q - c]);
   }
   // Two rows' finish (both with at least k candidates), their nets at once (net2).
   template <class V, class D>
@@ -1840,8 +1833,8 @@ struct TopK {
                                             const V* pb, const GuessRow& gb, CT* ob) const {
     const int64_t c = std::max(ga.c, gb.c);
     uint64_t ca[kGuessCap], cb[kGuessCap];
-    for (int64_t q = 0; q < ga.c; q++) ca[q] = guess_comp<D>(pa, 0, ga.idx[q]);
-    for (int64_t q = 0; q < gb.c; q++) cb[q] = guess_comp<D>(pb, 0, gb.idx[q]);
+    for (int64_t q = 0; q < ga.c; q++) ca[q] = guess_comp<D>(pa, ga.idx[q]);
+    for (int64_t q = 0; q < gb.c; q++) cb[q] = guess_comp<D>(pb, gb.idx[q]);
     std::fill(ca + ga.c, ca + c, uint64_t(0));  // the shorter list padded with zeros
     std::fill(cb + gb.c, cb + c, uint64_t(0));
     net2(ca, cb, c, oa, ob);
@@ -1872,7 +1865,7 @@ struct TopK {
         continue;
       }
       if (gr[s].c < k) {  // the tie pass's rows alone
-        guess_finish<V, D>(p, 0, gr[s], out[s]);
+        guess_finish<V, D>(p, gr[s], out[s]);
         emit(r, out[s], true);
       } else if (pend < 0) {
         pend = s;
@@ -1886,7 +1879,7 @@ struct TopK {
       }
     }
     if (pend >= 0) {
-      guess_finish<V, D>(reinterpret_cast<const V*>(row(prow)), 0, gr[pend], out[pend]);
+      guess_finish<V, D>(reinterpret_cast<const V*>(row(prow)), gr[pend], out[pend]);
       emit(prow, out[pend], true);
     }
   }
@@ -2166,8 +2159,9 @@ void run_top_k1(const Tensor& x, int64_t rows, int64_t n, int64_t inner, int64_t
   c.cap = std::max(4 * k, k + 64);
   c.mf = mask_fn<KT>();
   c.ins = half_net(k) ? insert_fn<kNetMaxK / 2>() : insert_fn<kNetMaxK>();
-  c.net = half_net(k) ? net_fn<kNetMaxK / 2>() : net_fn<kNetMaxK>();
-  c.net2 = half_net(k) ? net2_fn<kNetMaxK / 2>() : net2_fn<kNetMaxK>();
+  const Nets nets = half_net(k) ? net_fns<kNetMaxK / 2>() : net_fns<kNetMaxK>();
+  c.net = nets.one;
+  c.net2 = nets.two;
   c.kf = kf;
   c.mask = largest ? KT(0) : static_cast<KT>(~KT(0));
   const ScalarType dt = x.scalar_type();
