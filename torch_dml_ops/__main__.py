@@ -1,15 +1,17 @@
 """``python -m torch_dml_ops``: which backends run here, and the documented examples on each.
 
-Without a GPU the Triton kernels run in triton's CPU interpreter: this entry point sets
-``TRITON_INTERPRET=1`` for itself (before triton is imported) unless the variable is already set.
-Every example runs on every available backend; results must be bit-identical to the portable path.
+Prints the versions and the backends available here, then runs every documented example on
+every backend and compares each result bit for bit with the portable path on the CPU.  Without
+a GPU the Triton kernels run in triton's CPU interpreter: this entry point sets
+TRITON_INTERPRET=1 for itself (before triton is imported) unless the variable is already set.
 """
 from __future__ import annotations
 
+import argparse
 import importlib.metadata as md
 import os
 import sys
-from typing import cast
+from typing import Optional, Sequence, cast
 
 import torch
 
@@ -103,7 +105,14 @@ def _same_bits(a, b) -> bool:
     return torch.equal(a, b)
 
 
-def main() -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m torch_dml_ops", description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Exit status: 0 when every example agrees on every backend, 1 otherwise.")
+    ap.add_argument("--version", action="version",
+                    version=f"torch_dml_ops {tdo.__version__} (torch {torch.__version__})")
+    ap.parse_args(argv)
     print(f"torch_dml_ops {tdo.__version__} | torch {torch.__version__} | python {sys.version.split()[0]}")
     try:
         tv = md.version("triton")

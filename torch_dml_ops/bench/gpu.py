@@ -123,8 +123,13 @@ def host_cases():
     yield ("top_k1 1x50257 k=50", lambda: tdo.top_k1(lg, 50), "topk", lambda: torch.topk(lg, 50))
 
 
+#: How the usage names this entry point.
+PROG = "python -m torch_dml_ops.bench.gpu"
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():

@@ -160,8 +160,13 @@ def bound_cases(compile_: bool):
     return fallthrough, [("bound: gather 128 rows, no Python Autograd kernel", fns, pairs)]
 
 
+#: How the usage names this entry point.
+PROG = "python -m torch_dml_ops.bench.percall"
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--no-compile", action="store_true")
