@@ -1557,7 +1557,10 @@ def test_top_k1_non_contiguous_layouts(any_backend, layout):
 def test_top_k1_empty(any_backend, shape, axis):
     x = torch.empty(shape)
     if x.shape[axis] == 0:
-        with pytest.raises(ValueError, match="K must be in"):
+        # (issue 38: the message was "K must be in [1, 0]")
+        with pytest.raises(ValueError, match=rf"has size 0 along Axis {axis % x.dim()} \(sizes "
+                                             rf"{re.escape(str(shape))}\): there is nothing to "
+                                             rf"select, and K must be at least 1 \(got 1\)"):
             tdo.top_k1(x, 1, axis, "decreasing", torch.int64)
         return
     res = check_top_k1(x, 2, axis, "decreasing", torch.uint32, oracle=False)

@@ -353,3 +353,24 @@ def test_docs_sample_level_message_is_the_real_one():
     with tdo.feature_level("2_1"), pytest.raises(tdo.ConstraintTypeError) as e:
         tdo.gather_nd(torch.randn(3), torch.tensor([[1]]))
     assert " ".join(quoted.group(1).split()) == str(e.value)
+
+
+@pytest.mark.parametrize("call", ["public", "torch.ops"])
+@pytest.mark.parametrize("refused", ["data", "indices"])
+def test_a_refusal_at_the_default_says_what_permissive_means(refused, call):
+    """A type refused at the default level says that no level is chosen, what the default takes
+    and how to choose a DirectML level (issue 38: "at the permissive default", unexplained),
+    from the Python layer and from the C++ kernels (torch.ops) alike."""
+    x, i = torch.zeros(4, 3), torch.tensor([[1], [2]])
+    if refused == "data":
+        x = x.to(torch.complex64)
+    else:
+        i = i.to(torch.int16)
+    fn = tdo.gather_nd if call == "public" else gather_op
+    with pytest.raises(ConstraintTypeError if call == "public" else Exception) as e:
+        fn(x, i)
+    text = str(e.value)
+    assert ("at the permissive default (no DirectML feature level chosen: every type and rank "
+            "this library takes; torch_dml_ops.feature_level('2_1'), '3_0' or '3_1' enforces "
+            "that level's tables)") in text, text
+    assert ("complex64" if refused == "data" else "int16") in text, text

@@ -685,6 +685,9 @@ def _check_top_k1(input, k, axis, direction, index_dtype, level) -> int:
                                            hi=r - 1))
     ax = axis % r
     n = input.shape[ax]
+    if n == 0:
+        raise ConstraintError(message("topk_empty_axis", op=op, axis=ax, shape=tuple(input.shape),
+                                      k=k))
     if not 1 <= k <= n:
         raise ConstraintError(message("topk_k", op=op, n=n, axis=ax, k=k))
     # Every index along the axis must be representable in the OutputIndexTensor's type.

@@ -43,7 +43,9 @@ OVERLAP_WORK = 1 << 14
 FEATURE_LEVELS = ("2_1", "3_0", "3_1")
 #: The permissive level as the messages name it (the only level the C++ kernels know: the
 #: levels' limits are checked in Python, _checks).
-PERMISSIVE_NAME = "permissive default"
+PERMISSIVE_NAME = ("permissive default (no DirectML feature level chosen: every type and rank "
+                   "this library takes; torch_dml_ops.feature_level('2_1'), '3_0' or '3_1' "
+                   "enforces that level's tables)")
 #: The level from which each op's DimensionCount is FULL_RANK (min, max); before it, OLD_RANK
 #: (spec DML_GATHER_ND.md, DML_SCATTER_ND.md, DML_TOP_K1.md "Tensor support").
 FULL_RANK_FROM = {"gather_nd": "3_0", "scatter_nd": "3_0", "top_k1": "3_1"}
@@ -102,6 +104,9 @@ MESSAGES = {
                   "(expected in [{lo}, {hi}])"),
     # spec DML_TOP_K1.md K: greater than 0; spec README 4: K equal to the size is allowed.
     "topk_k": "{op}: K must be in [1, {n}] (InputTensor size along Axis {axis}), got {k}",
+    "topk_empty_axis": ("{op}: InputTensor has size 0 along Axis {axis} (sizes {shape}): there is "
+                        "nothing to select, and K must be at least 1 (got {k}); torch_dml_ops."
+                        "topk, like torch.topk, returns empty results for k=0"),
     "topk_index_limit": ("{op}: InputTensor has size {n} along Axis {axis}, but "
                          "OutputIndexTensor's type {index_dtype} holds indices up to {top}; use "
                          "index_dtype=torch.int64 for an axis longer than {limit}"),

@@ -77,6 +77,51 @@
 namespace tdo {
 namespace {
 
+#ifdef TDO_X86_SIMD
+// These AVX-512 operations go through their masked intrinsics with every lane on: the same
+// instructions, but gcc 12's unmasked forms pass _mm512_undefined_*() (a self-initialised
+// variable) as the pass-through operand, which -Wall reports as uninitialised wherever they are
+// inlined (GCC bug 105593, fixed in GCC 13); here the pass-through is an operand.  The
+// reductions take gcc's own order of steps (so NaN operands land as they did), their halves
+// by the masked extract too (gcc 12's 512-to-256-bit casts are the unmasked extract).
+TDO_TARGET_AVX512 inline __m512 mm512_max_ps(__m512 a, __m512 b) {
+  return _mm512_mask_max_ps(a, 0xFFFF, a, b);
+}
+TDO_TARGET_AVX512 inline __m512i mm512_max_epi32(__m512i a, __m512i b) {
+  return _mm512_mask_max_epi32(a, 0xFFFF, a, b);
+}
+TDO_TARGET_AVX512 inline __m512i mm512_max_epu64(__m512i a, __m512i b) {
+  return _mm512_mask_max_epu64(a, 0xFF, a, b);
+}
+TDO_TARGET_AVX512 inline __m512i mm512_min_epu64(__m512i a, __m512i b) {
+  return _mm512_mask_min_epu64(a, 0xFF, a, b);
+}
+template <int N>
+TDO_TARGET_AVX512 inline __m512i mm512_alignr_epi64(__m512i a, __m512i b) {
+  return _mm512_mask_alignr_epi64(a, 0xFF, a, b, N);
+}
+TDO_TARGET_AVX512 inline __m512i mm512_permutexvar_epi64(__m512i idx, __m512i a) {
+  return _mm512_mask_permutexvar_epi64(a, 0xFF, idx, a);
+}
+TDO_TARGET_AVX512 inline float mm512_reduce_max_ps(__m512 a) {
+  const __m512d d = _mm512_castps_pd(a);
+  const __m256 hi = _mm256_castpd_ps(_mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xF, d, 1));
+  const __m256 lo = _mm256_castpd_ps(_mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xF, d, 0));
+  const __m256 m8 = _mm256_max_ps(hi, lo);
+  const __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m8, 1), _mm256_castps256_ps128(m8));
+  const __m128 m2 = _mm_max_ps(m4, _mm_shuffle_ps(m4, m4, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtss_f32(_mm_max_ps(m2, _mm_shuffle_ps(m2, m2, _MM_SHUFFLE(0, 1, 0, 1))));
+}
+TDO_TARGET_AVX512 inline int32_t mm512_reduce_max_epi32(__m512i a) {
+  const __m256i hi = _mm512_mask_extracti64x4_epi64(_mm256_setzero_si256(), 0xF, a, 1);
+  const __m256i lo = _mm512_mask_extracti64x4_epi64(_mm256_setzero_si256(), 0xF, a, 0);
+  const __m256i m8 = _mm256_max_epi32(hi, lo);
+  const __m128i m4 = _mm_max_epi32(_mm256_extracti128_si256(m8, 1), _mm256_castsi256_si128(m8));
+  const __m128i m2 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtsi128_si32(_mm_max_epi32(m2, _mm_shuffle_epi32(m2, _MM_SHUFFLE(0, 1, 0, 1))));
+}
+#endif
+
 // Work one thread gets at least, in element-steps (a row of n counts n for k == 1, 4n for the
 // selections): calls below ~2x this run on the calling thread.
 constexpr int64_t kStepGrain = int64_t(1) << 15;
@@ -638,16 +683,16 @@ TDO_TARGET_AVX512 bool nat_lanes_avx512(const V* p, int64_t len, V* lanes, V* wm
       __m512 x[4];
       for (int i = 0; i < 4; i++) {
         x[i] = _mm512_xor_ps(_mm512_loadu_ps(p + j + 16 * i), flip);
-        a[i] = _mm512_max_ps(x[i], a[i]);  // a NaN x leaves a[i] (the second operand)
+        a[i] = mm512_max_ps(x[i], a[i]);  // a NaN x leaves a[i] (the second operand)
       }
       // unordered: either is a NaN
       nan |= _mm512_cmp_ps_mask(x[0], x[1], _CMP_UNORD_Q) |
              _mm512_cmp_ps_mask(x[2], x[3], _CMP_UNORD_Q);
       if constexpr (Words)
-        wm[j / 64] = nat_tr<V, Inc>(_mm512_reduce_max_ps(
-            _mm512_max_ps(_mm512_max_ps(x[0], x[1]), _mm512_max_ps(x[2], x[3]))));
+        wm[j / 64] = nat_tr<V, Inc>(mm512_reduce_max_ps(
+            mm512_max_ps(mm512_max_ps(x[0], x[1]), mm512_max_ps(x[2], x[3]))));
     }
-    _mm512_storeu_ps(lanes, _mm512_max_ps(_mm512_max_ps(a[0], a[1]), _mm512_max_ps(a[2], a[3])));
+    _mm512_storeu_ps(lanes, mm512_max_ps(mm512_max_ps(a[0], a[1]), mm512_max_ps(a[2], a[3])));
     ok = nan == 0;
   } else {
     const __m512i flip = _mm512_set1_epi32(Inc ? -1 : 0);
@@ -657,14 +702,14 @@ TDO_TARGET_AVX512 bool nat_lanes_avx512(const V* p, int64_t len, V* lanes, V* wm
       __m512i x[4];
       for (int i = 0; i < 4; i++) {
         x[i] = _mm512_xor_si512(_mm512_loadu_si512(p + j + 16 * i), flip);
-        a[i] = _mm512_max_epi32(x[i], a[i]);
+        a[i] = mm512_max_epi32(x[i], a[i]);
       }
       if constexpr (Words)
-        wm[j / 64] = nat_tr<V, Inc>(static_cast<V>(_mm512_reduce_max_epi32(
-            _mm512_max_epi32(_mm512_max_epi32(x[0], x[1]), _mm512_max_epi32(x[2], x[3])))));
+        wm[j / 64] = nat_tr<V, Inc>(static_cast<V>(mm512_reduce_max_epi32(
+            mm512_max_epi32(mm512_max_epi32(x[0], x[1]), mm512_max_epi32(x[2], x[3])))));
     }
-    _mm512_storeu_si512(lanes, _mm512_max_epi32(_mm512_max_epi32(a[0], a[1]),
-                                                _mm512_max_epi32(a[2], a[3])));
+    _mm512_storeu_si512(lanes, mm512_max_epi32(mm512_max_epi32(a[0], a[1]),
+                                                mm512_max_epi32(a[2], a[3])));
   }
   return nat_lanes_tail<V, Inc>(p, full, len, lanes, Words ? wm : nullptr, ok);
 }
@@ -744,14 +789,14 @@ TDO_TARGET_AVX512 V nat_kth_avx512(const V* v, int64_t k) {
       cnt = _mm512_mask_add_epi32(cnt, _mm512_cmp_ps_mask(a, _mm512_set1_ps(v[j]), _CMP_LE_OQ),
                                   cnt, one);
     const __mmask16 ok = _mm512_cmpge_epi32_mask(cnt, _mm512_set1_epi32(static_cast<int32_t>(k)));
-    return _mm512_reduce_max_ps(_mm512_mask_blend_ps(ok, _mm512_set1_ps(nat_lowest<V>()), a));
+    return mm512_reduce_max_ps(_mm512_mask_blend_ps(ok, _mm512_set1_ps(nat_lowest<V>()), a));
   } else {
     const __m512i a = _mm512_loadu_si512(v);
     for (int j = 0; j < L; j++)
       cnt = _mm512_mask_add_epi32(cnt, _mm512_cmple_epi32_mask(a, _mm512_set1_epi32(v[j])), cnt,
                                   one);
     const __mmask16 ok = _mm512_cmpge_epi32_mask(cnt, _mm512_set1_epi32(static_cast<int32_t>(k)));
-    return _mm512_reduce_max_epi32(
+    return mm512_reduce_max_epi32(
         _mm512_mask_blend_epi32(ok, _mm512_set1_epi32(nat_lowest<V>()), a));
   }
 }
@@ -879,7 +924,7 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
       __m512 x[4];
       for (int i = 0; i < 4; i++) {
         x[i] = _mm512_xor_ps(_mm512_loadu_ps(p + j + 16 * i), flip);
-        a[i] = _mm512_max_ps(x[i], a[i]);
+        a[i] = mm512_max_ps(x[i], a[i]);
         m[i] = _mm512_cmp_ps_mask(x[i], tv, kCmp);
       }
       const uint64_t w = join_masks_avx512(m);
@@ -892,8 +937,8 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
     }
     for (; j < full; j += 64)  // too many: the maxima only
       for (int i = 0; i < 4; i++)
-        a[i] = _mm512_max_ps(_mm512_xor_ps(_mm512_loadu_ps(p + j + 16 * i), flip), a[i]);
-    _mm512_storeu_ps(lanes, _mm512_max_ps(_mm512_max_ps(a[0], a[1]), _mm512_max_ps(a[2], a[3])));
+        a[i] = mm512_max_ps(_mm512_xor_ps(_mm512_loadu_ps(p + j + 16 * i), flip), a[i]);
+    _mm512_storeu_ps(lanes, mm512_max_ps(mm512_max_ps(a[0], a[1]), mm512_max_ps(a[2], a[3])));
   } else {
     const __m512i flip = _mm512_set1_epi32(Inc ? -1 : 0), tv = _mm512_set1_epi32(t);
     __m512i a[4];
@@ -903,7 +948,7 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
       __m512i x[4];
       for (int i = 0; i < 4; i++) {
         x[i] = _mm512_xor_si512(_mm512_loadu_si512(p + j + 16 * i), flip);
-        a[i] = _mm512_max_epi32(x[i], a[i]);
+        a[i] = mm512_max_epi32(x[i], a[i]);
         m[i] = Ties ? _mm512_cmpgt_epi32_mask(x[i], tv) : _mm512_cmpge_epi32_mask(x[i], tv);
       }
       const uint64_t w = join_masks_avx512(m);
@@ -916,9 +961,9 @@ TDO_TARGET_AVX512 int64_t nat_guess_avx512(const V* p, int64_t len, V t, V* lane
     }
     for (; j < full; j += 64)
       for (int i = 0; i < 4; i++)
-        a[i] = _mm512_max_epi32(_mm512_xor_si512(_mm512_loadu_si512(p + j + 16 * i), flip), a[i]);
-    _mm512_storeu_si512(lanes, _mm512_max_epi32(_mm512_max_epi32(a[0], a[1]),
-                                                _mm512_max_epi32(a[2], a[3])));
+        a[i] = mm512_max_epi32(_mm512_xor_si512(_mm512_loadu_si512(p + j + 16 * i), flip), a[i]);
+    _mm512_storeu_si512(lanes, mm512_max_epi32(mm512_max_epi32(a[0], a[1]),
+                                                mm512_max_epi32(a[2], a[3])));
   }
   if constexpr (Ties) *neq = ne;
   return nat_guess_tail<V, Inc, Ties>(p, full, len, t, lanes, idx, cnt, cap, eq, neq, eqcap);
@@ -1119,12 +1164,12 @@ TDO_TARGET_AVX512 void insert_net_avx512(uint64_t* a, uint64_t c) {
   const __m512i top = _mm512_set1_epi64(-1);
   const __m512i a0 = _mm512_loadu_si512(a);
   // prev = [+inf, a[0..6]] (and [a[7], a[8..14]] for the second half)
-  const __m512i p0 = _mm512_alignr_epi64(a0, top, 7);
-  _mm512_storeu_si512(a, _mm512_max_epu64(a0, _mm512_min_epu64(p0, cv)));
+  const __m512i p0 = mm512_alignr_epi64<7>(a0, top);
+  _mm512_storeu_si512(a, mm512_max_epu64(a0, mm512_min_epu64(p0, cv)));
   if constexpr (W == 16) {
     const __m512i a1 = _mm512_loadu_si512(a + 8);
-    const __m512i p1 = _mm512_alignr_epi64(a1, a0, 7);
-    _mm512_storeu_si512(a + 8, _mm512_max_epu64(a1, _mm512_min_epu64(p1, cv)));
+    const __m512i p1 = mm512_alignr_epi64<7>(a1, a0);
+    _mm512_storeu_si512(a + 8, mm512_max_epu64(a1, mm512_min_epu64(p1, cv)));
   }
 }
 
@@ -1265,23 +1310,23 @@ TDO_TARGET_AVX2 void net2_avx2(const uint64_t* a, const uint64_t* b, int64_t c, 
 
 // One insert_net step on the 8 entries in a (descending) and the composite cv (broadcast).
 #define TDO_NET8_STEP(a, cv) \
-  a = _mm512_max_epu64(a, _mm512_min_epu64(_mm512_alignr_epi64(a, top, 7), cv))
+  a = mm512_max_epu64(a, mm512_min_epu64(mm512_alignr_epi64<7>(a, top), cv))
 // The same on the 16 entries in x0 (0-7) and x1 (8-15).
 #define TDO_NET16_STEP(x0, x1, cv)                                          \
   do {                                                                      \
-    const __m512i cv_ = (cv), p1_ = _mm512_alignr_epi64(x1, x0, 7);         \
+    const __m512i cv_ = (cv), p1_ = mm512_alignr_epi64<7>(x1, x0);         \
     TDO_NET8_STEP(x0, cv_);                                                 \
-    x1 = _mm512_max_epu64(x1, _mm512_min_epu64(p1_, cv_));                  \
+    x1 = mm512_max_epu64(x1, mm512_min_epu64(p1_, cv_));                  \
   } while (0)
 
 // A bitonic sequence of 8 composites sorted descending: half-cleaners of distance 4, 2, 1 (each
 // entry against its partner, the larger to the lower position).
 TDO_TARGET_AVX512 [[gnu::always_inline]] inline __m512i sort_bitonic8_avx512(__m512i m) {
   for (int d = 4; d >= 1; d /= 2) {
-    const __m512i s = _mm512_permutexvar_epi64(
+    const __m512i s = mm512_permutexvar_epi64(
         _mm512_xor_si512(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64(d)), m);
     const __mmask8 upper = d == 4 ? 0xf0 : d == 2 ? 0xcc : 0xaa;
-    m = _mm512_mask_blend_epi64(upper, _mm512_max_epu64(m, s), _mm512_min_epu64(m, s));
+    m = _mm512_mask_blend_epi64(upper, mm512_max_epu64(m, s), mm512_min_epu64(m, s));
   }
   return m;
 }
@@ -1310,8 +1355,8 @@ TDO_TARGET_AVX512 [[gnu::always_inline]] inline void net_rows_avx512(
       }
     // the 8 largest of both: max(a0[i], a1[7 - i]) (a bitonic sequence), then its sort
     for (int r = 0; r < R; r++)
-      _mm512_storeu_si512(out[r], sort_bitonic8_avx512(_mm512_max_epu64(
-                                      a0[r], _mm512_permutexvar_epi64(rev, a1[r]))));
+      _mm512_storeu_si512(out[r], sort_bitonic8_avx512(mm512_max_epu64(
+                                      a0[r], mm512_permutexvar_epi64(rev, a1[r]))));
   } else {
     // entries 0-7 in a0, 8-15 in a1, and the same in b0, b1: a takes the even candidates, b
     // the odd (two chains of half the length)
@@ -1328,10 +1373,10 @@ TDO_TARGET_AVX512 [[gnu::always_inline]] inline void net_rows_avx512(
     // the 16 largest of both: max(a[i], b[15 - i]) (a bitonic sequence), then its sort: entry
     // i against i + 8 across the two vectors, then within each as for W == 8
     for (int r = 0; r < R; r++) {
-      const __m512i m0 = _mm512_max_epu64(a0[r], _mm512_permutexvar_epi64(rev, b1[r]));
-      const __m512i m1 = _mm512_max_epu64(a1[r], _mm512_permutexvar_epi64(rev, b0[r]));
-      _mm512_storeu_si512(out[r], sort_bitonic8_avx512(_mm512_max_epu64(m0, m1)));
-      _mm512_storeu_si512(out[r] + 8, sort_bitonic8_avx512(_mm512_min_epu64(m0, m1)));
+      const __m512i m0 = mm512_max_epu64(a0[r], mm512_permutexvar_epi64(rev, b1[r]));
+      const __m512i m1 = mm512_max_epu64(a1[r], mm512_permutexvar_epi64(rev, b0[r]));
+      _mm512_storeu_si512(out[r], sort_bitonic8_avx512(mm512_max_epu64(m0, m1)));
+      _mm512_storeu_si512(out[r] + 8, sort_bitonic8_avx512(mm512_min_epu64(m0, m1)));
     }
   }
 #undef TDO_CAND
@@ -2217,6 +2262,9 @@ int64_t check_args(const Tensor& input, int64_t k, int64_t axis, const std::stri
                      {{"op", op}, {"axis", axis}, {"rank", r}, {"lo", -r}, {"hi", r - 1}}));
   const int64_t ax = axis < 0 ? axis + r : axis;
   const int64_t n = shape[ax];
+  if (n == 0)
+    value_error(fill(msg::topk_empty_axis,
+                     {{"op", op}, {"axis", ax}, {"shape", py_tuple(shape)}, {"k", k}}));
   if (!(1 <= k && k <= n))
     value_error(fill(msg::topk_k, {{"op", op}, {"n", n}, {"axis", ax}, {"k", k}}));
   // Every index along the axis must be representable in the OutputIndexTensor's type.
