@@ -1018,6 +1018,30 @@ def test_topk_refusals_raise_torch_topks_exception_type(case):
     assert type(got.value) is type(want.value), (got.value, want.value)
 
 
+def test_topk_complex_refusal_follows_the_installed_torch(monkeypatch):
+    """The exception type of a refused complex input is probed from the installed torch, not
+    written per version (issue 38: torch 2.15 raises TypeError where 2.10-2.14 raise
+    RuntimeError): a torch.topk that raised something else would be followed."""
+    from torch_dml_ops import _compat
+
+    class Refusal(Exception):
+        pass
+
+    real = torch.topk
+
+    def topk(x, *a, **k):
+        if x.is_complex():
+            raise Refusal("complex")
+        return real(x, *a, **k)
+    _compat.topk_refusal.cache_clear()
+    monkeypatch.setattr(torch, "topk", topk)
+    try:
+        with pytest.raises(Refusal, match=r"topk\(\): complex dtypes are not supported"):
+            tdo.topk(torch.zeros(3, dtype=torch.complex64), 1)
+    finally:
+        _compat.topk_refusal.cache_clear()
+
+
 # ----------------------------------- export save/load and AOTInductor packages (item 19)
 
 #: DirectML's uint32 where torch.export can save it; torch 2.10's serializer has no uint32

@@ -41,6 +41,7 @@ import functools
 import importlib.util
 import os
 import warnings
+from typing import List, Tuple
 
 import torch
 from . import portable as _portable
@@ -200,7 +201,7 @@ def apply_environment() -> None:
         override(name).__enter__()     # for the life of the process, before any call
 
 
-def available_backends() -> list:
+def available_backends() -> List[Tuple[str, str, str]]:
     """(name, device, why) for every backend that can run here, for the demo and the benchmarks."""
     rows = [("torch", "cpu", "portable path")]
     if extension_loaded():

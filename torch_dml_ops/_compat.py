@@ -10,6 +10,7 @@ without raise an ImportError naming what is missing, the eager shortcut's turn t
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any, Callable, Optional
 
@@ -278,3 +279,17 @@ def function_applier(function: "type[torch.autograd.Function]", n_tensors: int):
 #: None where torch lacks it (_checks.has_internal_overlap then runs its own test).
 debug_has_internal_overlap: Optional[Callable[[torch.Tensor], int]] = _lookup(
     "_debug_has_internal_overlap")
+
+
+# ---- behaviour that differs between torch releases, probed -------------------------------------
+@functools.lru_cache(maxsize=None)
+def topk_refusal(dtype: torch.dtype) -> "type[Exception]":
+    """The exception type ``torch.topk`` raises for an input of ``dtype`` it refuses, so that the
+    drop-in ``topk`` raises the same: a complex input is a RuntimeError up to torch 2.14 and a
+    TypeError from 2.15.  Probed once per dtype on a one-element CPU tensor; RuntimeError where
+    this torch takes the dtype after all (``topk`` still refuses it: top_k1 has no complex)."""
+    try:
+        torch.topk(torch.zeros(1, dtype=dtype), 1)
+    except Exception as e:  # whatever this torch raises is what the drop-in raises
+        return type(e)
+    return RuntimeError

@@ -13,7 +13,7 @@ kernel, autograd and the vmap rule.  The kernels, one module per backend:
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple, Union
+from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
 
@@ -186,7 +186,7 @@ def top_k1(input: torch.Tensor, k: int, axis: int = -1,
         raise
 
 
-def _check_topk_out(out, input: torch.Tensor, k: int) -> None:
+def _check_topk_out(out: object, input: torch.Tensor, k: int) -> None:
     """``torch.topk``'s checks of ``out=(values, indices)``, with its exception types."""
     if not (isinstance(out, (tuple, list)) and len(out) == 2
             and all(isinstance(t, torch.Tensor) for t in out)):
@@ -205,7 +205,8 @@ def _check_topk_out(out, input: torch.Tensor, k: int) -> None:
 
 
 def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True,
-         *, out=None):
+         *, out: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+         ) -> "torch.return_types.topk":
     """A drop-in, stable :func:`torch.topk`: the same arguments, accepted inputs and return type
     (``torch.return_types.topk``), with :func:`top_k1`'s order: among equal values the lower
     index first, and at the k-th boundary the lowest-indexed ties are selected; NaN above +inf.
@@ -232,7 +233,8 @@ def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorte
         raise RuntimeError(f"topk(): selected index k out of range: k={k} for a dimension of "
                            f"size {n}")
     if input.is_complex():      # torch.topk's exception type (top_k1 raises ConstraintTypeError)
-        raise RuntimeError(f"topk(): complex dtypes are not supported, got {input.dtype}")
+        raise _compat.topk_refusal(input.dtype)(
+            f"topk(): complex dtypes are not supported, got {input.dtype}")
     if out is not None:         # checked before anything is computed or written
         _check_topk_out(out, input, k)
     direction: Direction = "decreasing" if largest else "increasing"
