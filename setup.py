@@ -15,8 +15,16 @@ environment it installs into: ``import torch`` where the build runs in that envi
 (``--no-build-isolation``), else that environment's site-packages, found by path (pip's default
 isolated build keeps the target interpreter and its install scheme, only hides its packages).
 The extension uses no Python API at all (it is loaded with ``torch.ops.load_library``), so the
-one binary serves every CPython 3.9+ (``abi3``) and every torch that keeps the stable ABI of
-``TORCH_TARGET_VERSION``; it compiles against the headers of every torch of ``TORCH_REQUIREMENT``.
+one binary serves every CPython 3.10+ (``abi3``; the floor torch has no wheel for 3.9) and
+every torch from ``TORCH_FLOOR`` on, whose stable ABI (``TORCH_TARGET_VERSION``) it is built for;
+it compiles against the headers of every torch from the floor on.
+
+torch is not in ``install_requires`` either: installing this package never changes the user's
+torch (a requirement would let pip downgrade a newer torch, upgrade an older one, or swap a CUDA
+build for another).  The floor is checked where it matters instead: the build refuses a torch
+below it, and so does ``import torch_dml_ops``; a torch newer than the newest tested release
+(``TORCH_TESTED``) imports with one warning.  ``pip install torch_dml_ops[torch]`` asks pip for a
+torch within the floor, for an environment that has none.
 
 A build that cannot compile the extension fails, quoting the compiler's errors (without a C++
 compiler, without torch's headers where the build can see them, or where the sources do not
@@ -37,12 +45,6 @@ import tempfile
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-#: The stable-ABI version the kernels are written against (torch 2.10: parallel_for,
-#: get_num_threads, std::string arguments); they compile against the headers of every torch
-#: of TORCH_REQUIREMENT.
-TORCH_TARGET_VERSION = "0x020a000000000000"
-#: The torch releases supported; CI tests the lowest, 2.13.0 and the newest (.ci/run, docs/packaging.md).
-TORCH_REQUIREMENT = "torch>=2.10,<2.15"
 
 
 def _torch_dir():
@@ -89,6 +91,29 @@ DATA_FILE = os.path.join("torch_dml_ops", "_data.py")
 
 def _plain_data(name: str) -> dict:
     return runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), name))
+
+
+#: The torch releases supported and tested (the version policy: docs/packaging.md).
+_VERSIONS = _plain_data(DATA_FILE)
+TORCH_FLOOR = _VERSIONS["TORCH_FLOOR"]
+TORCH_TESTED = _VERSIONS["TORCH_TESTED"]
+#: What pip is told where it is asked (the ``torch`` extra): the floor, no upper bound.
+TORCH_REQUIREMENT = f"torch>={TORCH_FLOOR}"
+
+
+def _release(version: str) -> tuple:
+    """(major, minor) of a torch version string ("2.15.0+cu132", "2.16.0.dev20261201")."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+#: The stable-ABI version the kernels are written against: the floor's (torch 2.10:
+#: parallel_for, get_num_threads, std::string arguments), as torch's TORCH_TARGET_VERSION macro
+#: spells it (0xMMmm000000000000).
+TORCH_TARGET_VERSION = "0x{:02x}{:02x}000000000000".format(*_release(TORCH_FLOOR))
+#: The oldest Python supported: the floor torch's (python_requires, the limited API, the tag).
+PYTHON_FLOOR = _VERSIONS["TORCH_FLOOR_PYTHON"]
+_PY = _release(PYTHON_FLOOR)
 
 
 def _schemas_text() -> str:
@@ -166,9 +191,17 @@ class CheckedBuildExt(build_ext):
 
     def run(self):
         self._failure = None
+        self._compiled = False      # whether a compile was tried (else the reason is ours)
         if _TORCH is None:
             self._failure = (RuntimeError(_NO_TORCH), "")
+        elif _release(_torch_version()) < _release(TORCH_FLOOR):
+            self._failure = (RuntimeError(
+                f"torch {_torch_version()} is older than {TORCH_FLOOR}, whose stable ABI the "
+                f"kernels are built for (supported: {TORCH_REQUIREMENT}); upgrade torch first "
+                f"(for example: pip install 'torch>={TORCH_FLOOR}'), then reinstall this "
+                f"package"), "")
         else:
+            self._compiled = True
             try:
                 super().run()
             except Exception as e:  # no compiler at all, or nothing to copy after a failure
@@ -227,7 +260,7 @@ class CheckedBuildExt(build_ext):
             return
         e, output = self._failure
         errors = [ln for ln in output.splitlines() if re.search(r"(^|: )(fatal )?error\b", ln)]
-        if _TORCH is None:
+        if _TORCH is None or not self._compiled:
             why = str(e)
         elif errors:
             why = (f"its sources do not compile against torch {_torch_version()} (this package "
@@ -239,10 +272,11 @@ class CheckedBuildExt(build_ext):
         for target, record in zip(self._targets(ext), records):
             if os.path.exists(target):
                 os.remove(target)
-        if not _skip_allowed():
-            raise SystemExit(
-                f"torch_dml_ops: {text}\nTo install without the C++ kernels (CPU calls then run "
-                f"the portable torch path, slower), set {SKIP_ENV}=1.")
+        too_old = _TORCH is not None and not self._compiled   # no way around the floor
+        if too_old or not _skip_allowed():
+            raise SystemExit(f"torch_dml_ops: {text}" + ("" if too_old else (
+                f"\nTo install without the C++ kernels (CPU calls then run the portable torch "
+                f"path, slower), set {SKIP_ENV}=1.")))
         for record in records:
             os.makedirs(os.path.dirname(record), exist_ok=True)
             with open(record, "w", encoding="utf-8") as f:
@@ -251,6 +285,26 @@ class CheckedBuildExt(build_ext):
         sys.stderr.write(f"\n{bar}\nWARNING: torch_dml_ops: {text}\n{SKIP_ENV}=1: the package "
                          "is installed without it (CPU calls run the portable torch path, "
                          f"slower).\n{bar}\n\n")
+
+
+try:    # setuptools' PEP 660 command (64+); its module is private, hence the guard
+    from setuptools.command.editable_wheel import editable_wheel
+except ImportError:  # pragma: no cover
+    editable_wheel = None
+
+
+if editable_wheel is not None:
+    class StrictEditableWheel(editable_wheel):
+        """``pip install -e .`` in setuptools' strict mode unless another mode is asked for
+        (``--config-settings editable_mode=...``): a tree of links to the checkout whose folder
+        goes on ``sys.path``, which type checkers (mypy, pyright) resolve; the default lenient
+        mode is an import hook, which they cannot follow (the mapped ``triton_kernels`` folder
+        rules out a plain path there).  A file added to the package needs the install rerun."""
+
+        def finalize_options(self):
+            if self.mode is None:
+                self.mode = "strict"
+            super().finalize_options()
 
 
 _TORCH = _torch_dir()
@@ -267,8 +321,10 @@ ext_modules = [Extension(
     library_dirs=[os.path.join(_TORCH, "lib")] if _TORCH else [],
     libraries=["torch_cpu", "c10"],
     define_macros=[("TORCH_TARGET_VERSION", TORCH_TARGET_VERSION),
-                   ("Py_LIMITED_API", "0x03090000")],
-    extra_compile_args=["-O3", "-std=c++17", "-fvisibility=hidden", "-fno-strict-aliasing"],
+                   ("Py_LIMITED_API", "0x{:02X}{:02X}0000".format(*_PY))],
+    # -Wall whatever Python's own flags: the sources compile without a warning (tests/test_packaging.py)
+    extra_compile_args=["-O3", "-std=c++17", "-Wall", "-fvisibility=hidden",
+                        "-fno-strict-aliasing"],
     # torch's libraries sit next to ours in site-packages; an in-process load finds them
     # already loaded by `import torch`.
     extra_link_args=["-Wl,-rpath,$ORIGIN/../torch/lib"],
@@ -284,18 +340,21 @@ setup(
                 "autograd, torch.compile/export/AOTInductor)",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.9",
+    python_requires=f">={PYTHON_FLOOR}",
     packages=["torch_dml_ops", "torch_dml_ops.bench", "torch_dml_ops.portable",
               "torch_dml_ops.distributed", "torch_dml_ops.onnx", "torch_dml_ops.triton_kernels"],
     # PEP 561: the package ships its type annotations.
     package_data={"torch_dml_ops": ["py.typed", "csrc/*.h", "csrc/*.cpp"]},
     package_dir={"torch_dml_ops": "torch_dml_ops", "torch_dml_ops.triton_kernels": "triton_kernels"},
     ext_modules=ext_modules,
-    cmdclass={"build_ext": CheckedBuildExt},
-    options={"bdist_wheel": {"py_limited_api": "cp39"}},
-    # The stable ABI of TORCH_TARGET_VERSION; the releases CI tests (docs/packaging.md).
-    install_requires=[TORCH_REQUIREMENT],
+    cmdclass={"build_ext": CheckedBuildExt,
+              **({"editable_wheel": StrictEditableWheel} if editable_wheel is not None else {})},
+    options={"bdist_wheel": {"py_limited_api": "cp{}{}".format(*_PY)}},
+    # No torch here: installing never changes the user's torch (the module docstring); the
+    # floor is checked by the build and at import, and the ``torch`` extra asks pip for one.
+    install_requires=[],
     extras_require={
+        "torch": [TORCH_REQUIREMENT],
         # Triton is optional: without it the portable path runs everywhere.  Its CPU interpreter
         # (TRITON_INTERPRET=1, the main job's Triton run on a machine without a GPU) needs numpy.
         "triton": ["triton>=3.0", "numpy"],

@@ -5,11 +5,22 @@ namespace, ``torch.ops.torch_dml_ops.*``, and registers their CPU kernels), regi
 portable and Triton kernels, fake kernels, autograd and vmap rules, and exposes the public
 functions.
 """
+import os as _os
 import sys as _sys
 import typing as _typing
 
+if not _os.path.isdir(_os.path.join(__path__[0], "triton_kernels")):
+    # A source checkout imported in place (its root on sys.path, as `python -m` run there puts
+    # it ahead of any install): the kernels' folder sits beside the package, not in it (setup.py
+    # maps it under the package at install), so the package also looks for it there.
+    _root = _os.path.dirname(_os.path.abspath(__path__[0]))
+    if _os.path.isfile(_os.path.join(_root, "triton_kernels", "__init__.py")):
+        __path__.append(_root)
+
+from . import _compat   # first: the torch version policy (an older torch fails here, saying so)
 from . import _errors
 from ._errors import ConstraintError, ConstraintIndexError, ConstraintTypeError, MemoryOverlapError
+from ._compat import UntestedTorchWarning
 from ._levels import FEATURE_LEVELS, feature_level, get_feature_level
 from . import _backend, _inductor_fixes
 from ._backend import available_backends, current_backend
@@ -53,6 +64,7 @@ __all__ = [
     "ConstraintTypeError",
     "ConstraintIndexError",
     "MemoryOverlapError",
+    "UntestedTorchWarning",
     "current_backend",
     "available_backends",
 ]

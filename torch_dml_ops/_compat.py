@@ -1,5 +1,5 @@
-"""The one place that knows torch versions apart (torch 2.10 through 2.14 are supported), and
-the one module that names torch's private APIs.
+"""The one place that knows torch versions apart (torch 2.10 on are supported: ``_data``'s
+TORCH_FLOOR and TORCH_TESTED), and the one module that names torch's private APIs.
 
 Feature probes, not version strings, where a feature can be probed.  Everything else in the
 package uses public APIs common to every supported torch, and this module's names for the
@@ -12,12 +12,49 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any, Callable, Optional
+import re
+import warnings
+from typing import Any, Callable, Optional, Tuple
 
 import torch
-import torch.autograd.forward_ad as _fwad
-from torch import _C
-from torch.utils import _pytree
+
+from ._data import TORCH_FLOOR, TORCH_TESTED
+
+
+def release(version: str) -> Tuple[int, int]:
+    """(major, minor) of a torch version string: "2.15.0+cu132" and "2.16.0.dev20261201" give
+    (2, 15) and (2, 16); one that does not start with two numbers gives (0, 0)."""
+    m = re.match(r"(\d+)\.(\d+)", str(version))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+class UntestedTorchWarning(UserWarning):
+    """Imported on a torch newer than the newest release this version was tested on."""
+
+
+def check_torch_version(version: str) -> None:
+    """The version policy at import (docs/packaging.md): below TORCH_FLOOR an ImportError that
+    says what to install; above the newest of TORCH_TESTED one UntestedTorchWarning; between,
+    nothing.  The C++ kernels load on any torch from the floor on (its stable ABI); the Python
+    layer uses torch internals probed below, which a newer torch may have changed."""
+    have, floor, newest = release(version), release(TORCH_FLOOR), release(TORCH_TESTED[-1])
+    if have < floor:
+        raise ImportError(
+            f"torch_dml_ops needs torch >= {TORCH_FLOOR} (its C++ kernels use that release's "
+            f"stable ABI); this is torch {version}. Upgrade torch (for example: pip install "
+            f"'torch>={TORCH_FLOOR}'); installing torch_dml_ops never changes torch itself")
+    if have > newest:
+        warnings.warn(
+            f"torch_dml_ops was tested on torch {TORCH_FLOOR} to {TORCH_TESTED[-1]}; this torch "
+            f"{version} is newer: it should work, but is untested (please report what fails)",
+            UntestedTorchWarning, stacklevel=2)
+
+
+check_torch_version(torch.__version__)
+
+import torch.autograd.forward_ad as _fwad  # noqa: E402  (after the version check)
+from torch import _C  # noqa: E402
+from torch.utils import _pytree  # noqa: E402
 
 
 def _lookup(path: str) -> Any:
@@ -39,7 +76,7 @@ def _required(path: str, why: str) -> Any:
     found = _lookup(path)
     if found is None:
         raise ImportError(f"torch_dml_ops needs torch.{path} ({why}), which this torch "
-                          f"{torch.__version__} lacks; supported: torch 2.10 to 2.14")
+                          f"{torch.__version__} lacks; tested: torch {TORCH_FLOOR} to {TORCH_TESTED[-1]}")
     return found
 
 

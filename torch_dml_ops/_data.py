@@ -5,6 +5,18 @@ package or torch) and generates the C++ copy the kernels' checks use (``tdo_data
 build folder); ``_tables`` builds the torch-facing tables from it.
 """
 
+#: The torch releases this version supports: from TORCH_FLOOR, whose stable ABI the C++ kernels
+#: are built for (setup.py's TORCH_TARGET_VERSION), with no upper bound: the one binary loads on
+#: every later torch.  TORCH_TESTED lists the releases CI runs (.ci/run: every one of them, the
+#: floor, the README's pin and the newest with the whole suite); a torch newer than the last one
+#: works where torch kept what the Python layer uses, and the import says once that it is untested
+#: (docs/packaging.md, "Torch versions").
+TORCH_FLOOR = "2.10"
+TORCH_TESTED = ("2.10", "2.11", "2.12", "2.13", "2.14", "2.15")
+#: The oldest Python the floor's torch has wheels for (torch 2.10: CPython 3.10 to 3.14): the
+#: package's python_requires and the abi3 extension's limited API.
+TORCH_FLOOR_PYTHON = "3.10"
+
 #: Every data type the library knows, in the order the error messages list them:
 #: (torch name, c10::ScalarType enumerator, DirectML name, whether DirectML has it).
 #: spec DML_GATHER_ND.md / DML_SCATTER_ND.md / DML_TOP_K1.md, "Tensor support": the same eight
