@@ -24,7 +24,7 @@ torch (a requirement would let pip downgrade a newer torch, upgrade an older one
 build for another).  The floor is checked where it matters instead: the build refuses a torch
 below it, and so does ``import torch_dml_ops``; a torch newer than the newest tested release
 (``TORCH_TESTED``) imports with one warning.  ``pip install torch_dml_ops[torch]`` asks pip for a
-torch within the floor, for an environment that has none.
+torch of the floor or newer, for an environment that has none.
 
 A build that cannot compile the extension fails, quoting the compiler's errors (without a C++
 compiler, without torch's headers where the build can see them, or where the sources do not

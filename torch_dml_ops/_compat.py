@@ -76,7 +76,8 @@ def _required(path: str, why: str) -> Any:
     found = _lookup(path)
     if found is None:
         raise ImportError(f"torch_dml_ops needs torch.{path} ({why}), which this torch "
-                          f"{torch.__version__} lacks; tested: torch {TORCH_FLOOR} to {TORCH_TESTED[-1]}")
+                          f"{torch.__version__} lacks; tested: torch {TORCH_FLOOR} to "
+                          f"{TORCH_TESTED[-1]}")
     return found
 
 
