@@ -764,3 +764,29 @@ print("warnings:", [w.category.__name__ for w in caught])
     from torch_dml_ops import _compat, _data
     if _compat.release(torch.__version__) <= _compat.release(_data.TORCH_TESTED[-1]):
         assert "UntestedTorchWarning" not in run("installed")
+
+
+#: A measured figure: a time, a bandwidth, or a ratio of times ("1.9x faster", "0.89x the time",
+#: "7% slower").
+_MEASURED = re.compile(r"\b\d[\d.,]*(-\d[\d.,]*)? ?(us|µs|ms|ns|GB/s|MB/s)\b"
+                       r"|\b\d[\d.]*x (faster|slower|the time)\b|\b\d+(-\d+)?% (faster|slower)\b")
+
+
+def test_timings_live_in_the_benchmark_docs_not_in_code():
+    """Measured figures go stale in code comments (issue 40): the package and the kernels name
+    an entry of docs/benchmarks.md's "Measured choices" instead (the benchmark's own code, which
+    measures, aside), and every entry a comment names exists there."""
+    sources = [p for p in sorted((ROOT / "torch_dml_ops").rglob("*"))
+               if p.suffix in (".py", ".cpp", ".h") and "bench" not in p.relative_to(ROOT).parts]
+    sources += sorted((ROOT / "triton_kernels").glob("*.py"))
+    found, named = [], set()
+    for path in sources:
+        for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _MEASURED.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
+            named |= set(re.findall(r"\bM(\d+)\b", line))
+    assert not found, "\n".join(found)
+    docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    table = docs.split("## Measured choices", 1)[1].split("\n## ", 1)[0]
+    entries = set(re.findall(r"^\| M(\d+) \|", table, re.M))
+    assert named and named <= entries, sorted(named - entries)

@@ -36,8 +36,9 @@ from ._library import NAMESPACE, lib
 
 def below_autograd(op, redispatch, tensors, args, kwargs):
     """Run ``op`` below the Autograd key (an Autograd kernel with nothing to record): straight
-    to the backend kernel for plain CPU/CUDA tensors (``backend_key``; ~1 us cheaper than
-    masking the dispatcher's key set), else through the dispatcher below autograd."""
+    to the backend kernel for plain CPU/CUDA tensors (``backend_key``; cheaper than masking
+    the dispatcher's key set: M1 in docs/benchmarks.md, "Measured choices"), else through the
+    dispatcher below autograd."""
     keyset = backend_key(tensors) if redispatch is not None else None
     if keyset is not None:
         return redispatch(keyset, *args, **kwargs)
@@ -54,8 +55,8 @@ def save_for_jvp(ctx, *tensors) -> None:
 
 def derivative_needed(tensors: Sequence) -> bool:
     """Whether a call on ``tensors`` (the op's tensor arguments) must be recorded by autograd
-    (either mode) or torch.func.  Runs on every call: ~0.3 us (torch's ``_any_requires_grad``
-    takes 1.2 us)."""
+    (either mode) or torch.func.  Runs on every call, so cheaper than torch's
+    ``_any_requires_grad`` (M2 in docs/benchmarks.md, "Measured choices")."""
     if functorch_active() or forward_ad_active():
         return True
     if torch.is_grad_enabled():

@@ -238,7 +238,7 @@ def backend_key(tensors):
 def eager_keyset(tensors):
     """:func:`backend_key` for a call from a public function, when nothing can observe the call
     below it, so that it may go straight to the backend kernel (``Differentiable.call``),
-    skipping the Python Autograd kernel (~3-5 us, as much as a small call); else None (the
+    skipping the Python Autograd kernel (M4 in docs/benchmarks.md); else None (the
     dispatcher).  Only in eager mode (not torch.compile / export / jit tracing), with no
     torch-function mode, functorch transform or forward-AD level; the caller has established
     that no derivative is needed.

@@ -211,8 +211,8 @@ def _solve_bounded(terms: list, rhs: int, max_work: int) -> int:
 def _overlap_within(a: torch.Tensor, a_span: tuple, b: torch.Tensor, b_span: tuple) -> int:
     """Whether two strided tensors (with their byte spans) share a byte of memory:
     ``OVERLAP_NO``, ``OVERLAP_YES``, or ``OVERLAP_TOO_HARD`` (undecided within ``OVERLAP_WORK``
-    steps: rare, multi-dimensional views with unrelated strides over one buffer; about 20 ms
-    here).
+    steps: rare, multi-dimensional views with unrelated strides over one buffer; what it
+    costs: M7 in docs/benchmarks.md, "Measured choices").
 
     Exact, not a comparison of byte ranges: ``x[:, ::2]`` and ``x[:, 1::2]`` have intersecting
     ranges and no common element.  A byte of ``a`` is ``start_a + sum(sa * i) + p`` (``p`` below
@@ -248,7 +248,8 @@ def check_storage(op: str, role: str, t: torch.Tensor) -> None:
     holds every byte ``t`` addresses.  A storage resized under a tensor (FSDP frees sharded
     parameters with ``untyped_storage().resize_(0)``) would otherwise be read or written through
     a dangling pointer: by the native and Triton kernels, and by some torch ops themselves.
-    Metadata only (~0.3 us), for every backend and device, before anything is read or written."""
+    Metadata only (M8 in docs/benchmarks.md), for every backend and device, before anything is
+    read or written."""
     have = t.untyped_storage().nbytes()
     if t.is_contiguous() and t.storage_offset() * t.itemsize + t.nbytes <= have:
         return
@@ -521,7 +522,7 @@ def check_gather_nd(input: torch.Tensor, indices: torch.Tensor, batch_dims: int,
     if not (type(batch_dims) is int and input_dimension_count is None
             and indices_dimension_count is None and type(level) is str
             and type(check_indices) is bool and isinstance(input, torch.Tensor)
-            and isinstance(indices, torch.Tensor)):      # else the detailed checks (~1 us)
+            and isinstance(indices, torch.Tensor)):      # else the detailed checks (M8)
         check_arg_types("gather_nd", ("tensor", "InputTensor", input),
                         ("tensor", "IndicesTensor", indices), ("int", "batch_dims", batch_dims),
                         ("int?", "input_dimension_count", input_dimension_count),
@@ -580,7 +581,7 @@ def check_scatter_nd(input: torch.Tensor, indices: torch.Tensor, updates: torch.
             and indices_dimension_count is None and type(level) is str
             and type(check_indices) is bool and type(deterministic) is bool
             and isinstance(input, torch.Tensor) and isinstance(indices, torch.Tensor)
-            and isinstance(updates, torch.Tensor)):      # else the detailed checks (~1 us)
+            and isinstance(updates, torch.Tensor)):      # else the detailed checks (M8)
         check_arg_types(op, ("tensor", "InputTensor", input), ("tensor", "IndicesTensor", indices),
                         ("tensor", "UpdatesTensor", updates), ("str", "reduction", reduction),
                         ("int?", "input_dimension_count", input_dimension_count),
@@ -654,7 +655,7 @@ def check_top_k1(input: torch.Tensor, k: int, axis: int, direction: str,
     """Every metadata rule of DML_TOP_K1 at ``level``; returns the axis, made non-negative."""
     if not (type(k) is int and type(axis) is int and type(direction) is str
             and type(index_dtype) is torch.dtype and type(level) is str
-            and isinstance(input, torch.Tensor)):        # else the detailed checks (~1 us)
+            and isinstance(input, torch.Tensor)):        # else the detailed checks (M8)
         check_arg_types("top_k1", ("tensor", "InputTensor", input), ("int", "k", k),
                         ("int", "axis", axis), ("str", "direction", direction),
                         ("dtype", "index_dtype", index_dtype), ("str", "feature_level", level))

@@ -96,7 +96,8 @@ if not hasattr(_fwad, "_current_level"):
 
 def forward_ad_level_open() -> bool:
     """Whether a forward-AD level is open (torch.func's jvp opens one too): dual tensors may
-    exist.  ~0.05 us; the public alternative, unpacking every input, costs a call per tensor."""
+    exist.  One attribute read; the public alternative, unpacking every input, costs a call per
+    tensor (M3 in docs/benchmarks.md, "Measured choices")."""
     return _fwad._current_level >= 0
 
 
@@ -133,8 +134,8 @@ def register_namedtuple(cls: type, name: str) -> None:
 
 
 # ---- the eager shortcut: a public function straight to the backend kernel -----------------
-# Skips the Python Autograd kernel (~1.5-3 us of a 5-8 us small call: docs/backends.md, the
-# per-call table) when nothing could observe the call below it.  Without any of these, the
+# Skips the Python Autograd kernel (a good part of a small call: M4 in docs/benchmarks.md,
+# "Measured choices") when nothing could observe the call below it.  Without any of these, the
 # public functions go through the dispatcher like torch.ops callers.
 _redispatch_attr = "redispatch_boxed"
 _dispatch_stack_len = _lookup("_C._len_torch_dispatch_stack")
@@ -287,11 +288,12 @@ def function_applier(function: "type[torch.autograd.Function]", n_tensors: int):
     """``function.apply`` (a ``torch.autograd.Function`` whose ``forward`` takes ``*args``, the
     first ``n_tensors`` of them tensors, the rest not) without torch's Python wrapper, for a
     call outside every torch.func transform (the caller's condition).  ``Function.apply`` binds
-    the arguments to ``forward``'s signature with ``inspect.signature`` on every call (~20 us of
-    a ~40 us small call; a no-op for a ``*args`` forward), unwraps torch.func wrappers whose
-    transform has exited, and hands the call to ``_C._FunctionBase.apply``, which runs forward
-    and setup_context and records the node.  This does the last two only.  Probed: where torch
-    lacks either piece it is ``function.apply`` itself."""
+    the arguments to ``forward``'s signature with ``inspect.signature`` on every call (half of a
+    small call, M5 in docs/benchmarks.md, "Measured choices"; a no-op for a ``*args`` forward),
+    unwraps torch.func wrappers whose transform has exited, and hands the call to
+    ``_C._FunctionBase.apply``, which runs forward and setup_context and records the node.
+    This does the last two only.  Probed: where torch lacks either piece it is
+    ``function.apply`` itself."""
     base = _lookup("_C._FunctionBase")
     unwrap = _lookup("_C._functorch.unwrap_if_dead")
     try:

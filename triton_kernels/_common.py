@@ -49,8 +49,8 @@ _MAX_COMPILED = 4096
 def launch(kernel, grid: tuple, key, tensors: tuple, args: tuple, consts: dict,
            **options) -> None:
     """``kernel[grid](*args, **consts, **options)``; after a variant's first launch, straight
-    through triton's compiled kernel, skipping the JIT's binding of every argument (about 15 us
-    of Python per launch, most of a small call's host time).
+    through triton's compiled kernel, skipping the JIT's binding of every argument (most of a
+    small call's host time: M9 in docs/benchmarks.md, "Measured choices").
 
     ``key`` must determine everything triton specialises on apart from pointer alignment (added
     here from ``tensors``, the pointer arguments) and the device: the constexprs, the options,

@@ -109,8 +109,8 @@ const char* isa_name(Isa isa);
 // A str argument of the op schema.  torch's own conversion for a std::string parameter
 // (ToImpl<std::string> in torch/csrc/stable/stableivalue_conversions.h, as of torch 2.13) leaks
 // the std::string object it allocates: 48 bytes a call, and the leaked objects can split the
-// heap so that a small call's freed output is never reused (measured: +33 KB of RSS and 30-40 us
-// more per call of a 32 KB gather, in some processes).  This conversion copies the characters
+// heap so that a small call's freed output is never reused (M12 in docs/benchmarks.md, "Measured
+// choices").  This conversion copies the characters
 // (no allocation up to 15 of them) and frees torch's string.
 struct StrArg {
   std::string value;
@@ -411,7 +411,7 @@ void parallel_parts(int64_t n, int parts, const F& fn) {
 
 // Outputs at least this large are hinted to be backed by transparent huge pages before their
 // first write: first-touch page faults otherwise cost more than the gather or scatter that
-// fills them (3.6 GB/s with 4 KiB pages, about twice that with 2 MiB pages, measured).
+// fills them (M13 in docs/benchmarks.md, "Measured choices").
 constexpr int64_t kHugepageMinBytes = int64_t(8) << 20;
 
 inline void hugepage_hint(void* p, int64_t len) {

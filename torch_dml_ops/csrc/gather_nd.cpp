@@ -49,11 +49,8 @@ constexpr int kBlock = 32;
 // cache, they are not read back soon), on CPUs where they pay (streaming_pays).
 constexpr int64_t kStreamMinBytes = int64_t(16) << 20;
 
-// Whether streaming stores beat plain ones for a large output.  Measured on this project's VMs
-// (row gather, 1 KB rows, out=, 2 threads): on an Intel Xeon they did (64 MB: ours 5.7 ms
-// against index_select's 6.4 ms, 2026-11-27 04:49 UTC); on an AMD EPYC (Zen 4, 32 MB L3) they
-// did not at any size (16 / 64 / 256 MB: 0.87 / 3.90 / 16.2 ms with them, 0.59 / 3.33 / 13.5 ms
-// without; index_select 0.6 / 3.5 / 15 ms).
+// Whether streaming stores beat plain ones for a large output: on the Intel Xeon measured they
+// did, on the AMD EPYC (Zen 4) at no size (M10 in docs/benchmarks.md, "Measured choices").
 bool streaming_pays() {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool amd = __builtin_cpu_is("amd");
@@ -336,10 +333,8 @@ RowCopy row_copy() {
 
 // Rows of a generic length.  Tuples are resolved (and checked) kAhead before their row is
 // copied, and the resolved row's first lines prefetched then: the random jump to a new row is
-// what the hardware prefetcher cannot guess, and one row of lead is too short to hide a miss
-// (256-byte rows, 8x64x64x64 n=32K: 1.10x the time of index_select with one of lead, 0.93-0.99x
-// with four, no better with eight; 1 KiB rows measured 1.2-1.5x faster with one than with none,
-// with streaming stores and without).
+// what the hardware prefetcher cannot guess, and one row of lead is too short to hide a miss;
+// four is enough (M11 in docs/benchmarks.md, "Measured choices").
 constexpr int64_t kAhead = 4;  // a power of 2
 // Bytes of a resolved row prefetched (the hardware prefetcher follows on from there).
 constexpr int64_t kPrefetchRowBytes = 256;

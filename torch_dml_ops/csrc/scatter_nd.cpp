@@ -53,8 +53,8 @@ constexpr const char* kInplaceOp = "scatter_nd_";
 constexpr const char* kOutName = "OutputTensor (out)";
 constexpr const char* kTargetName = "InputTensor (the in-place target)";
 // kGrain (common.h) for the row scan of rows of at most 16 bytes, where every part reads all
-// n row numbers: a split pays only once the writes miss the cache (measured: 128x128 and 256x256
-// element scatters were 1.4-1.8x slower split in two, 512x512 and up faster).
+// n row numbers: a split pays only once the writes miss the cache (M23 in docs/benchmarks.md,
+// "Measured choices").
 constexpr int64_t kGrainShortRows = int64_t(1) << 15;
 // How far ahead (in tuples) destination rows are prefetched for small slices.
 constexpr int kBlock = 32;
@@ -677,7 +677,7 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
   }
   rp.strides = strides.data();
   // The row numbers of the rows pass are kept for the apply pass (recomputing them from the
-  // tuples measured 1.5x slower).
+  // tuples is slower: M24 in docs/benchmarks.md, "Measured choices").
   int64_t stack_rows[kStackRows];
   std::unique_ptr<int64_t[]> heap_rows;
   if (moves) {

@@ -39,13 +39,12 @@
 //   maxima; one read gives the elements that reach it and this row's maxima, and when at least
 //   k reach it, a network of their composites gives the k best; when fewer (or too many) do,
 //   a second read takes the row's own k-th largest group maximum as the threshold, and the
-//   passes above take the row only when too many reach that too.  4096x1024 float32, k = 8:
-//   ~16 candidates a row, none of them a branch; 1.9x faster than those passes, measured.
-//   Rows run in pairs, their networks at once (each hides the other's latency: 0.95x the time).
+//   passes above take the row only when too many reach that too: few candidates a row, none
+//   of them a branch, faster than those passes (M14 in docs/benchmarks.md, "Measured
+//   choices").  Rows run in pairs, their networks at once (each hides the other's latency).
 //   Rows of few distinct values (many elements equal to any threshold) take the tie pass: the
 //   elements above the threshold, and only the first k equal to it (the later ones lose every
-//   tie to them); 4096x1024 of the values 0..15, k = 8: 1.45x faster than the guessed pass
-//   and its fallbacks, measured.
+//   tie to them), faster on such rows than the guessed pass and its fallbacks (M14).
 // On random data a row of 1024 with k = 8 has ~11 candidates.  The k winners are sorted at the
 // end (k == n: one sort).  k == 1 is a block-wise max, then its first index by a vector
 // compare.  The vector loops are compiled portable, for AVX2 and for AVX-512 and picked at run
@@ -147,16 +146,16 @@ constexpr int64_t KB = 2048;
 constexpr int L = 16;
 // Rows of at most this many bytes prefetch a later row (run): the key pass the next row, in one
 // burst before the row; the native pass the row kPrefetchRows on, a line at a time as its
-// candidate passes go (spread over the row's work, so that the fetch overlaps it: measured
-// ~15% faster out of cache than the burst, 4096x1024 float32).
+// candidate passes go (spread over the row's work, so that the fetch overlaps it: faster out of
+// cache than the burst, M15 in docs/benchmarks.md, "Measured choices").
 constexpr int64_t kPrefetchRowMax = 16 << 10;
 // Native-pass spans of more than KB and at most this many elements take two passes (bound
 // first: scan_native); the scratch holds their group maxima.
 constexpr int64_t kTwoPassMax = int64_t(1) << 16;
 static_assert(kTwoPassMax / KB * L <= KB, "the group maxima fit in the key block");
 // Two-pass spans of at least this many elements also keep their words' maxima, and their second
-// pass reads only the words that hold a candidate (a shorter span is read again whole from L1:
-// 4096 elements, k = 32: 7% faster so; 8192 and more: 5-25% slower so, measured).
+// pass reads only the words that hold a candidate (a shorter span is read again whole from L1,
+// which is faster there: M16 in docs/benchmarks.md, "Measured choices").
 constexpr int64_t kWordPassMin = 4 * KB;
 constexpr int64_t kPrefetchRows = 2;
 // The native pass makes its candidate masks this many elements at a time, each chunk with the
@@ -456,14 +455,14 @@ constexpr V nat_lowest() {
 
 // The k-th largest of g[0, ng), ng at most kTwoPassMax / KB * L (g may be reordered): the
 // two-pass bound of a span from its group maxima.  std::nth_element alone mispredicts a branch
-// for every few values (393 values, k = 50: ~3 us of a ~13 us row of 50,257).  So, from 128
+// for every few values (a good part of a long row's time: M17).  So, from 128
 // values and k = 16, a sample first (kth_sampled): every 8th value; its (k/8 + 2 +
 // sqrt(k/8))-th largest, t, is below the k-th largest of all but rarely (3% of such rows), and
-// nth_element then runs on the ~1.5 k values that reach t; on all of g where fewer than k do.
-// Harness, one thread: 1024 elements k = 32 0.68x the time, k = 64 0.81x, 50,257 k = 50 0.86x.
-// Not `exact`: t itself when k values reach it (a bound at most the k-th largest, a little
-// lower than it).  kth_sampled is its own function: its 2 KiB of stack in the caller's frame
-// slowed a row of 300, k = 40 (80 values, not sampled), by 30%, measured.
+// nth_element then runs on the ~1.5 k values that reach t; on all of g where fewer than k do
+// (M17 in docs/benchmarks.md, "Measured choices").  Not `exact`: t itself when k values reach
+// it (a bound at most the k-th largest, a little lower than it).  kth_sampled is its own
+// function: its 2 KiB of stack in the caller's frame slowed short rows that are not sampled
+// (M17).
 template <class V>
 [[gnu::noinline]] bool kth_sampled(const V* g, int64_t ng, int64_t k, bool exact, V& kth) {
   constexpr int64_t S = 8, kMax = kTwoPassMax / KB * L;
@@ -882,7 +881,7 @@ template <class V, bool Inc, bool Ties>
 }
 
 // The tie pass's equal positions of one word (mask we, base j) into eq (ne of them held).  By a
-// branch: branch-free, rows of 0..99 (a 98 in about half the words) were 3% slower (2 threads).
+// branch: branch-free was slower on rows of 0..99 (M18 in docs/benchmarks.md).
 [[gnu::always_inline]] inline void collect_equal(uint64_t we, int64_t j, int32_t* eq,
                                                  int64_t& ne) {
   if (we) {
@@ -1587,7 +1586,7 @@ struct TopK {
                const char* pf = nullptr) const {
     KT* lanes = kb + KB;
     // float32 / int32 spans of at least 256 (shorter: the key pass, vectorized inline, is as
-    // fast or faster: rows of 17 2x, 64 1.04x, measured)
+    // fast or faster: M19 in docs/benchmarks.md, "Measured choices")
     if (k == 1 && native != ScalarType::Undefined && s1 - s0 >= 256) {
       const bool inc = mask != 0;
       const int64_t m =
@@ -1795,10 +1794,10 @@ struct TopK {
   // threshold: the k best are those above it and then the first equal ones); false when more
   // than kGuessCap are above it: the other passes then take the span.  A row that needed equal
   // values makes the next row's first read the tie pass (not a row whose k best merely end in
-  // equal keys: rows of 0..99, k = 8, the tie pass at 98 takes ~10 candidates instead of ~20,
-  // one thread 0.89x the time, but two threads 1.03x).  The guess is made again from this
-  // row's group maxima after a miss, or when more than 3k reach it.  A row's pass is read
-  // (guess_read), then finished (guess_finish; two rows at once: guess_finish2).
+  // equal keys: on rows of 0..99 that was faster on one thread, slower on two: M18).  The guess
+  // is made again from this row's group maxima after a miss, or when more than 3k reach it.  A
+  // row's pass is read (guess_read), then finished (guess_finish; two rows at once:
+  // guess_finish2).
   // GuessRow: a read's candidates' positions, the equal ones' (the tie pass), and how many.
   struct GuessRow {
     int32_t idx[kGuessCap + 128], eq[kNetMaxK + 66];
@@ -1990,11 +1989,10 @@ struct TopK {
     // span (k groups hold a value that large), so that the second pass visits about k words
     // and offers little more than k candidates instead of ~k ln(n / k) (32x50257, k = 50: ~53
     // instead of ~420 a row).  The second read is from cache.  Only for k > kNetMaxK, whose
-    // insertions cost enough to pay for it (k = 16 of 65,536: 1.5x slower with it, measured
-    // before the word pass).  A span of one block (at most KB) with k >= len / 32 takes the
-    // same bound from groups of four (the L groups of every word): 1024 elements, k = 64:
-    // ~70 candidates instead of ~240, 1.85x faster; k = 32: 1.25x; k = 17 (not taken): 0.9x,
-    // measured.  Not with a NaN (the key pass decides those).
+    // insertions cost enough to pay for it (M20 in docs/benchmarks.md, "Measured choices").
+    // A span of one block (at most KB) with k >= len / 32 takes the same bound from groups of
+    // four (the L groups of every word): about a third of the candidates, faster from k = 32
+    // on, slower below (M20).  Not with a NaN (the key pass decides those).
     static_assert(kTwoPassMax / KB * L + kTwoPassMax / 64 <= KB + L,
                   "the group and word maxima fit in the key block");
     static_assert(KB / 64 * L <= kTwoPassMax / KB * L, "a block's groups of four fit too");
@@ -2014,8 +2012,7 @@ struct TopK {
       }
       if (ok) {
         // One block: the sample's bound is enough (the selection that tightens it costs more
-        // than the candidates it saves: 1024 elements, k = 64 0.89x the time, k = 32 0.83x,
-        // measured; 32x50257 k = 50 keeps it: 1.05x slower without).
+        // than the candidates it saves there, not on longer spans: M21 in docs/benchmarks.md).
         const V bound = kth_largest(g, ng, k, /*exact=*/s1 - s0 > KB);
         if (by_words) {
           if (!words_pass(s0, s1 - s0, wm, bound)) return m;
@@ -2162,7 +2159,7 @@ struct TopK {
       // This part's rows, in order, guess their threshold from the row before (guessed_rows):
       // its first row has none and reads its data twice (the guess pass, then the others),
       // which pays when the row is short, or over several rows that fit in L2 (longer rows
-      // are as fast without: 8 rows of 2**18, k = 8: 1.1x slower with it, measured).
+      // are as fast without: M22 in docs/benchmarks.md, "Measured choices").
       const bool guessing =
           n * esize <= kPrefetchRowMax || (e - b >= 8 && n * esize <= kGuessRowMax);
       if constexpr (std::is_same_v<CT, uint64_t>)

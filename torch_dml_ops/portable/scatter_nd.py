@@ -36,7 +36,8 @@ _WIDE = ((16, torch.complex128), (8, torch.int64), (4, torch.int32), (2, torch.i
 def wide_rows(a: torch.Tensor, b: torch.Tensor):
     """Views of two contiguous ``[n, S]`` tensors with the widest element (up to 16 bytes) that
     tiles a row, for row copies: torch's index kernels move one element at a time, so 16-byte
-    elements copy a 256-byte row ~2x faster than float32.  Pure data movement: the bits of any
+    elements copy a 256-byte row faster than float32 ones (M6 in docs/benchmarks.md, "Measured
+    choices").  Pure data movement: the bits of any
     dtype are preserved (no arithmetic touches the wide elements)."""
     row_bytes = a.shape[1] * a.element_size()
     for w, dt in _WIDE:
