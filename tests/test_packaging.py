@@ -769,6 +769,7 @@ print("warnings:", [w.category.__name__ for w in caught])
 #: A measured figure: a time, a bandwidth, or a ratio of times ("1.9x faster", "0.89x the time",
 #: "7% slower").
 _MEASURED = re.compile(r"\b\d[\d.,]*(-\d[\d.,]*)? ?(us|µs|ms|ns|GB/s|MB/s)\b"
+                       r"|\b\d+(\.\d+)? (s|min)\b"
                        r"|\b\d[\d.]*x (faster|slower|the time)\b|\b\d+(-\d+)?% (faster|slower)\b")
 
 

@@ -7,7 +7,8 @@ Everything DTensor-specific (which calls leave the op's own path, ``out=`` on DT
 distributed top-k, their messages) lives in ``torch_dml_ops.distributed``, which this module
 imports, inside the functions below, the first time a subclass reaches an op in a process that
 has imported ``torch.distributed.tensor``: importing it registers the ops' sharding rules, and a
-process that never uses DTensor never loads ``torch.distributed.tensor`` (0.6 s).
+process that never uses DTensor never loads ``torch.distributed.tensor`` (M25 in
+docs/benchmarks.md, "Measured choices").
 
 A leaf of the package's import graph: nothing of the package is imported at module level.  The
 op fronts import this module, ``distributed`` imports the fronts, and the one way back is the
