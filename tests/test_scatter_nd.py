@@ -643,3 +643,50 @@ def test_scatter_nd_rows_move_bits_exactly(slice_len):
     buf = x.clone()
     tdo.scatter_nd_(buf, i, u)
     assert torch.equal(buf.view(torch.int32), out.view(torch.int32))
+
+
+_TORCH_REDUCE = {"max": "amax", "min": "amin", "mul": "prod"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reduction", ["max", "min", "mul"])
+def test_combining_gradients_are_scatter_reduces_bit_for_bit(reduction, dtype):
+    """mul/max/min gradients are torch's scatter_reduce(include_self=True) gradients bit for bit
+    (issue 41: a maximum tied three times got g * (1/3), 0.26783198, where torch gives g / 3,
+    0.26783195; mul differed in a third of the elements), with ties, zeros (none, one, two in a
+    slot, in the input and in the updates) and duplicates."""
+    g = torch.Generator().manual_seed(41)
+    rows, width, n = 6, 5, 24
+    x = torch.randint(-2, 3, (rows, width), generator=g).to(dtype)
+    u = torch.randint(-2, 3, (n, width), generator=g).to(dtype)
+    if reduction == "mul":      # few zeros, many factors of magnitude other than 1
+        x = torch.where(torch.rand(x.shape, generator=g) < 0.15, 0,
+                        torch.randn(x.shape, generator=g)).to(dtype)
+        u = torch.where(torch.rand(u.shape, generator=g) < 0.15, 0,
+                        torch.randn(u.shape, generator=g)).to(dtype)
+    # slot (0, 0): the result tied three times (the input and two updates; for mul, zeros)
+    x[0, 0] = u[0, 0] = u[1, 0] = {"max": 5, "min": -5, "mul": 0}[reduction]
+    row = torch.randint(0, rows, (n,), generator=g)
+    row[:2] = 0
+    grad = torch.randn(rows, width, generator=g).to(dtype)
+    grad[0, 0] = 0.8034958839416504
+
+    def ours(a, b):
+        return tdo.scatter_nd(a, row[:, None], b, reduction)
+
+    def torchs(a, b):
+        return a.scatter_reduce(0, row[:, None].expand(n, width), b, _TORCH_REDUCE[reduction],
+                                include_self=True)
+
+    results = []
+    for fn in (ours, torchs):
+        a, b = x.clone().requires_grad_(), u.clone().requires_grad_()
+        out = fn(a, b)
+        out.backward(grad)
+        results.append((out.detach(), a.grad, b.grad))
+    (out, gx, gu), (want, want_gx, want_gu) = results
+    bits = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16}
+    assert torch.equal(out.view(bits[dtype]), want.view(bits[dtype]))
+    for got, ref, name in ((gx, want_gx, "input"), (gu, want_gu, "updates")):
+        same = got.view(bits[dtype]) == ref.view(bits[dtype])        # -0.0 against 0.0 too
+        assert bool(same.all()), (name, int((~same).sum()), got[~same][:5], ref[~same][:5])

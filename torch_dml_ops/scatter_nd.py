@@ -147,8 +147,9 @@ def _only_applied(ctx, indices, grad_updates):
 
 
 def _combining_factors(ctx):
-    """(fx, fu): the partial derivatives of a mul/max/min scatter, input- and updates-shaped, so
-    that ``d out = fx * d input + add_at(fu * d updates)``.
+    """(fx, fu): the partial derivatives of a mul/max/min scatter, input- and updates-shaped,
+    so that ``d out = fx * d input + add_at(fu * d updates)`` (forward mode; the backward is
+    ``_combining_grads``).
 
     Every slot ``r`` combines its input value with the updates of every tuple addressing it.
     max/min (torch's amax/amin convention): the derivative is shared evenly by every value
@@ -175,11 +176,46 @@ def _combining_factors(ctx):
     return fx, fu
 
 
+def _combining_grads(ctx, grad, need_input: bool, need_updates: bool):
+    """(grad_input, grad_updates) of a mul/max/min scatter: torch's ``scatter_reduce(...,
+    include_self=True)`` gradients, the same operations in the same order, so bit for bit
+    theirs (a slot's updates are its scatter_reduce index's ``src``).  max/min: the gradient
+    divided by the number of values equal to the result, to each of them.  mul: ``grad *
+    product / factor`` for the input; for an update, ``gather(grad * product) / update``, or,
+    where it is the slot's one zero update, ``gather(grad * the product without it)``.  Built
+    from the registered ops and torch ops, so differentiable again (where torch's refuses a
+    double backward through two zero updates in a slot, this one gives zeros)."""
+    indices, x, u, out = ctx.saved_tensors
+    gx = gu = None
+    if ctx.reduction in ("max", "min"):
+        x_is, u_is = x == out, u == _gather_at(ctx, out, indices)
+        shared = grad / _add_at(ctx, x_is.to(out.dtype), indices, u_is.to(out.dtype))
+        if need_input:
+            gx = x_is * shared
+        if need_updates:
+            gu = u_is * _gather_at(ctx, shared, indices)
+        return gx, gu
+    if need_input:
+        x1 = x.masked_fill(x == 0, 1)
+        gx = grad * SCATTER_ND.call(x1, indices, u, "mul", *ctx.counts, "permissive", False,
+                                    False) / x1
+    if need_updates:
+        u_zero = u == 0
+        zeros = _gather_at(ctx, _add_at(ctx, torch.zeros_like(x), indices, u_zero.to(x.dtype)),
+                           indices)
+        single = u_zero & (zeros == 1)
+        without = SCATTER_ND.call(x, indices, u.masked_fill(single, 1), "mul", *ctx.counts,
+                                  "permissive", False, False)
+        gu = torch.where(single, _gather_at(ctx, grad * without, indices),
+                         _gather_at(ctx, grad * out, indices) / u.masked_fill(u_zero, 1))
+    return gx, gu
+
+
 def _scatter_nd_backward(ctx, grad):
     """none: grad_input = grad with the overwritten positions zeroed, grad_updates = grad
     gathered at the indices for the winning duplicate of each slice and zero for the others (the
     forward ran deterministically: ``_last_wins``).  add: grad_input = grad, grad_updates = the
-    gathered grad for every tuple.  mul/max/min: ``_combining_factors``.  Built from the
+    gathered grad for every tuple.  mul/max/min: ``_combining_grads``.  Built from the
     registered ops, so differentiable again."""
     indices = ctx.saved_tensors[0]
     red = ctx.reduction
@@ -187,11 +223,9 @@ def _scatter_nd_backward(ctx, grad):
     idc_in, idc_idx = ctx.counts
     grad_input = grad_updates = None
     if red in _COMBINING:
-        if need_input or need_updates:
-            fx, fu = _combining_factors(ctx)
-            grad_input = grad * fx if need_input else None
-            if need_updates:
-                grad_updates = _only_applied(ctx, indices, _gather_at(ctx, grad, indices) * fu)
+        grad_input, grad_updates = _combining_grads(ctx, grad, need_input, need_updates)
+        if grad_updates is not None:
+            grad_updates = _only_applied(ctx, indices, grad_updates)
         return grad_input, None, grad_updates, None, None, None, None, None, None
     if need_input:
         if red == "add":
