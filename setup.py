@@ -44,6 +44,8 @@ import tempfile
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+# setuptools' PEP 660 command (setuptools 64+; pyproject.toml asks for 70.1+)
+from setuptools.command.editable_wheel import editable_wheel
 
 
 
@@ -287,24 +289,17 @@ class CheckedBuildExt(build_ext):
                          f"slower).\n{bar}\n\n")
 
 
-try:    # setuptools' PEP 660 command (64+); its module is private, hence the guard
-    from setuptools.command.editable_wheel import editable_wheel
-except ImportError:  # pragma: no cover
-    editable_wheel = None
+class StrictEditableWheel(editable_wheel):
+    """``pip install -e .`` in setuptools' strict mode unless another mode is asked for
+    (``--config-settings editable_mode=...``): a tree of links to the checkout whose folder goes
+    on ``sys.path``, which type checkers (mypy, pyright) resolve; the default lenient mode is an
+    import hook, which they cannot follow (the mapped ``triton_kernels`` folder rules out a plain
+    path there).  A file added to the package needs the install rerun."""
 
-
-if editable_wheel is not None:
-    class StrictEditableWheel(editable_wheel):
-        """``pip install -e .`` in setuptools' strict mode unless another mode is asked for
-        (``--config-settings editable_mode=...``): a tree of links to the checkout whose folder
-        goes on ``sys.path``, which type checkers (mypy, pyright) resolve; the default lenient
-        mode is an import hook, which they cannot follow (the mapped ``triton_kernels`` folder
-        rules out a plain path there).  A file added to the package needs the install rerun."""
-
-        def finalize_options(self):
-            if self.mode is None:
-                self.mode = "strict"
-            super().finalize_options()
+    def finalize_options(self):
+        if self.mode is None:
+            self.mode = "strict"
+        super().finalize_options()
 
 
 _TORCH = _torch_dir()
@@ -347,8 +342,7 @@ setup(
     package_data={"torch_dml_ops": ["py.typed", "csrc/*.h", "csrc/*.cpp"]},
     package_dir={"torch_dml_ops": "torch_dml_ops", "torch_dml_ops.triton_kernels": "triton_kernels"},
     ext_modules=ext_modules,
-    cmdclass={"build_ext": CheckedBuildExt,
-              **({"editable_wheel": StrictEditableWheel} if editable_wheel is not None else {})},
+    cmdclass={"build_ext": CheckedBuildExt, "editable_wheel": StrictEditableWheel},
     options={"bdist_wheel": {"py_limited_api": "cp{}{}".format(*_PY)}},
     # No torch here: installing never changes the user's torch (the module docstring); the
     # floor is checked by the build and at import, and the ``torch`` extra asks pip for one.
