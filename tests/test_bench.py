@@ -247,8 +247,9 @@ def test_percall_table_and_the_bound_leaves_autograd_in_place(capsys, monkeypatc
     monkeypatch.setattr(percall, "time_interleaved", fake_timing)
     assert percall.main(["--rounds", "1", "--no-compile", "--bound"]) == 0
     table = capsys.readouterr().out
-    assert table.count("\n| ") == 2 + 10 + 1       # header, rule, 10 rows, 1 bound row
+    assert table.count("\n| ") == 2 + 16 + 1       # header, rule, 16 rows, 1 bound row
     assert "bound: gather 128 rows" in table and "requires grad" in table
-    assert recorded == [True] * 6 + [False]         # only the bound ran without autograd
+    assert "permuted [4, 32, 2048, 128] float32 KV cache" in table
+    assert recorded == [True] * 8 + [False]         # only the bound ran without autograd
     out = torch.ops.torch_dml_ops.gather_nd(x, torch.tensor([[1]]))
     assert out.grad_fn is not None and out.requires_grad

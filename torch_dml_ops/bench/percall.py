@@ -112,6 +112,27 @@ def cases(compile_: bool) -> List[Tuple[str, Dict[str, Callable[[], object]], Li
         "index_copy": lambda: cg_.index_copy(0, at1, rg),
     }, [("tdo.scatter_nd", "index_copy")]))
 
+    # transformers' KV cache [batch, heads, positions, dim] seen as [positions, batch, heads, dim]
+    # (its StaticLayer.update: index_copy_(2, pos, k)): a strided target and input, whose calls
+    # move the addressed position only
+    for shape in ((1, 8, 4096, 128), (4, 32, 2048, 128)):
+        keys = torch.randn(shape, generator=g)
+        k = torch.randn(shape[0], shape[1], 1, shape[3], generator=g)
+        kp, kpu = keys.permute(2, 0, 1, 3), k.permute(2, 0, 1, 3)
+        fns = {
+            "tdo.scatter_nd_": lambda kp=kp, kpu=kpu: tdo.scatter_nd_(kp, at, kpu),
+            "torch.ops scatter_nd_": lambda kp=kp, kpu=kpu: OPS.scatter_nd_.default(kp, at, kpu),
+            "index_copy_": lambda keys=keys, k=k: keys.index_copy_(2, at1, k),
+            "torch.ops index_copy_": lambda keys=keys, k=k: torch.ops.aten.index_copy_.default(
+                keys, 2, at1, k),
+            "tdo.gather_nd": lambda kp=kp: tdo.gather_nd(kp, at),
+            "index_select": lambda keys=keys: keys.index_select(2, at1),
+        }
+        out.append((f"one position of a permuted {list(shape)} float32 KV cache", fns,
+                    [("tdo.scatter_nd_", "index_copy_"),
+                     ("torch.ops scatter_nd_", "torch.ops index_copy_"),
+                     ("tdo.gather_nd", "index_select")]))
+
     logits = torch.randn(1, 50257, generator=g)
     out.append(("top-k 50 of 50257 (one row)", {
         "tdo.top_k1": lambda: tdo.top_k1(logits, 50),

@@ -406,6 +406,132 @@ void parallel_parts(int64_t n, int parts, const F& fn) {
 }
 
 // ------------------------------------------------------------------------------------------
+// Strided slices
+// ------------------------------------------------------------------------------------------
+
+// Dims [b, e) of a strided tensor of es-byte elements (one slice of it: the trailing dimensions a
+// tuple addresses whole, or the batch dimensions) as runs: adjacent dimensions merged where they
+// collapse, size-1 dimensions dropped.  The innermost merged dimension is the run (run_len
+// elements, run_step bytes apart); the others are walked, innermost first.  The kernels read and
+// write a slice of any layout torch's views make (permuted, sliced, transposed) through it,
+// moving the slice's bytes only: no contiguous copy of the tensor is made.
+class StridedSlice {
+ public:
+  void init(torch::headeronly::IntHeaderOnlyArrayRef sizes,
+            torch::headeronly::IntHeaderOnlyArrayRef strides, int64_t b, int64_t e, int64_t es) {
+    es_ = es;
+    // two passes over the dims: count the merged ones, then fill them (Dims keeps no contents
+    // across a resize)
+    for (int fill = 0; fill < 2; fill++) {
+      int64_t n = 0, size = 1, stride = 1;
+      auto flush = [&] {
+        if (fill) {
+          size_[static_cast<size_t>(n)] = size;
+          step_[static_cast<size_t>(n)] = stride * es;
+        }
+        n++;
+      };
+      for (int64_t d = e; d-- > b;) {
+        if (sizes[d] == 1) continue;
+        if (size == 1) {
+          size = sizes[d];
+          stride = strides[d];
+        } else if (strides[d] == stride * size) {
+          size *= sizes[d];
+        } else {
+          flush();
+          size = sizes[d];
+          stride = strides[d];
+        }
+      }
+      flush();  // the last merged dimension (size 1 when every dimension was)
+      if (!fill) {
+        size_.resize(static_cast<size_t>(n));
+        step_.resize(static_cast<size_t>(n));
+      }
+    }
+    run_len_ = size_[0];
+    run_step_ = step_[0];
+    runs_ = 1;
+    for (size_t d = 1; d < size_.size(); d++) runs_ *= size_[d];
+  }
+
+  // Whether the slice is one run of adjacent elements.
+  bool dense() const { return runs_ == 1 && (run_len_ <= 1 || run_step_ == es_); }
+  int64_t runs() const { return runs_; }
+  int64_t run_len() const { return run_len_; }
+  int64_t run_step() const { return run_step_; }
+
+  // f(r, offset) for the slice's runs r = 0, 1, ... in the contiguous order, with the byte
+  // offset of each run's first element.
+  template <class F>
+  void each_run(const F& f) const {
+    const size_t nd = size_.size();
+    if (runs_ == 1) return f(int64_t(0), int64_t(0));
+    Dims at;
+    at.resize(nd);
+    for (size_t d = 1; d < nd; d++) at[d] = 0;
+    int64_t off = 0;
+    for (int64_t r = 0; r < runs_; r++) {
+      f(r, off);
+      for (size_t d = 1; d < nd; d++) {
+        if (++at[d] < size_[d]) {
+          off += step_[d];
+          break;
+        }
+        off -= (size_[d] - 1) * step_[d];
+        at[d] = 0;
+      }
+    }
+  }
+
+  // The slice at `strided` into the contiguous buffer `contig` (Read), or back (!Read).
+  template <bool Read>
+  void copy(char* contig, char* strided) const {
+    const int64_t len = run_len_, step = run_step_, es = es_;
+    const int64_t run_bytes = len * es;
+    if (step == es || len == 1) {
+      return each_run([&](int64_t r, int64_t off) {
+        char* c = contig + r * run_bytes;
+        if (Read)
+          std::memcpy(c, strided + off, static_cast<size_t>(run_bytes));
+        else
+          std::memcpy(strided + off, c, static_cast<size_t>(run_bytes));
+      });
+    }
+    auto elements = [&](auto es_c) {
+      constexpr int64_t E = decltype(es_c)::value;
+      each_run([&](int64_t r, int64_t off) {
+        char* c = contig + r * run_bytes;
+        char* s = strided + off;
+        for (int64_t i = 0; i < len; i++) {
+          if (Read)
+            std::memcpy(c + i * E, s + i * step, E);
+          else
+            std::memcpy(s + i * step, c + i * E, E);
+        }
+      });
+    };
+    switch (es) {
+      case 1: return elements(std::integral_constant<int64_t, 1>{});
+      case 2: return elements(std::integral_constant<int64_t, 2>{});
+      case 4: return elements(std::integral_constant<int64_t, 4>{});
+      default: return elements(std::integral_constant<int64_t, 8>{});
+    }
+  }
+  void read(char* contig, const char* strided) const {
+    copy<true>(contig, const_cast<char*>(strided));
+  }
+  void write(char* strided, const char* contig) const {
+    copy<false>(const_cast<char*>(contig), strided);
+  }
+
+ private:
+  int64_t es_ = 1, run_len_ = 1, run_step_ = 0, runs_ = 1;
+  Dims size_, step_;  // the merged dimensions, innermost first (steps in bytes)
+};
+
+// ------------------------------------------------------------------------------------------
 // Fresh outputs
 // ------------------------------------------------------------------------------------------
 

@@ -3,11 +3,12 @@
 //
 // The gather moves raw bytes: each index tuple is read, wrapped (signed index dtypes) and
 // range-checked in the same loop that copies its slice, with the next rows prefetched, AVX2 row
-// copies and streaming stores for outputs far beyond the caches.  The input is read through its
-// strides when its batch dimensions and its slice dimensions each collapse into one strided
-// dimension (any narrow, slice or transpose of the indexed dimensions), else from a contiguous
-// copy.  A small call (natural form, up to kInlineDims dimensions) allocates nothing but its
-// output.
+// copies and streaming stores for outputs far beyond the caches.  The input is always read
+// through its strides, never copied: with row kernels when its batch dimensions and its slice
+// dimensions each collapse into one strided dimension (any narrow, slice or transpose of the
+// indexed dimensions), else slice by slice through a StridedSlice (common.h: a permuted KV cache,
+// a slice of a transposed tensor), so a call moves what its tuples address.  A small call
+// (natural form, up to kInlineDims dimensions) allocates nothing but its output.
 //
 // The backward (a scatter-add into zeros) partitions the destination rows among threads, each
 // scanning every tuple in index order, so duplicates accumulate in index order whatever the
@@ -216,10 +217,15 @@ struct Gather {
           slice_stride = 0;
   const int64_t* sizes = nullptr;
   Dims strides;
+  // Any other layout (read_geometry false): each slice read through `slice`, each batch's base
+  // offset from batch_offs when the batch dimensions do not collapse either.
+  const StridedSlice* slice = nullptr;
+  const int64_t* batch_offs = nullptr;
 };
 
 // Fills g's read geometry for `input` (its last p.r dimensions: [batch, index dims, slice]);
-// false when its batch or slice dimensions do not collapse into one strided dimension each.
+// false when its batch or slice dimensions do not collapse into one strided dimension each
+// (general_geometry then describes it).
 bool read_geometry(const Tensor& input, const Plan& p, Gather& g) {
   auto sizes = input.sizes();
   auto strides = input.strides();
@@ -236,6 +242,41 @@ bool read_geometry(const Tensor& input, const Plan& p, Gather& g) {
   g.dense = slice <= 1 || slice_stride == 1;
   g.slice_stride = slice_stride * g.es;
   return true;
+}
+
+// What the general kernel needs of a layout read_geometry refused: the slice as runs, and each
+// batch's base offset (bytes) when the batch dimensions do not collapse (g.batch_stride when
+// they do).  Sizes of the index dimensions' coordinates are the caller's: only a slice and a
+// table of p.batch offsets (p.batch <= p.n_tuples) are built, never a copy of the input.
+struct GeneralGeometry {
+  StridedSlice slice, batches;
+  std::vector<int64_t> batch_offs;
+};
+
+void general_geometry(const Tensor& input, const Plan& p, Gather& g, GeneralGeometry& geo) {
+  auto sizes = input.sizes();
+  auto strides = input.strides();
+  const int64_t pad = static_cast<int64_t>(sizes.size()) - p.r;
+  const int64_t first_slice = pad + p.batch_dims + p.k;
+  g.es = static_cast<int64_t>(input.element_size());
+  g.strides.resize(static_cast<size_t>(p.k));
+  for (int64_t j = 0; j < p.k; j++) g.strides[j] = strides[pad + p.batch_dims + j] * g.es;
+  geo.slice.init(sizes, strides, first_slice, pad + p.r, g.es);
+  g.slice = &geo.slice;
+  g.dense = false;
+  int64_t batch = 0, batch_stride = 0;
+  g.batch_stride = 0;
+  if (collapse(sizes, strides, pad, pad + p.batch_dims, batch, batch_stride)) {
+    g.batch_stride = batch_stride * g.es;
+    return;
+  }
+  geo.batches.init(sizes, strides, pad, pad + p.batch_dims, g.es);
+  geo.batch_offs.resize(static_cast<size_t>(p.batch));
+  const int64_t len = geo.batches.run_len(), step = geo.batches.run_step();
+  geo.batches.each_run([&](int64_t r, int64_t off) {
+    for (int64_t i = 0; i < len; i++) geo.batch_offs[static_cast<size_t>(r * len + i)] = off + i * step;
+  });
+  g.batch_offs = geo.batch_offs.data();
 }
 
 // Rows of a constant size (check only when RB is 0): a block of tuples is resolved first,
@@ -400,9 +441,29 @@ void gather_strided(const Gather& g, int64_t begin, int64_t end,
   }
 }
 
+// Any other layout: each slice through its runs (general_geometry).
+template <int Kind>
+void gather_general(const Gather& g, int64_t begin, int64_t end,
+                    std::atomic<int64_t>& first_bad) {
+  const int64_t pb = g.per_batch;
+  for (int64_t t = begin; t < end; t++) {
+    const int64_t b = t / pb;
+    int64_t bad_col = 0;
+    const int64_t off =
+        tuple_offset<Kind>(g.idx, t, g.k, g.sizes, g.strides.data(),
+                           g.batch_offs ? g.batch_offs[b] : b * g.batch_stride, bad_col);
+    if (off < 0) {
+      record_error(first_bad, t * g.k + bad_col);
+      return;
+    }
+    g.slice->read(g.out + t * g.row_bytes, g.src + off);
+  }
+}
+
 template <int Kind>
 void gather_part(const Gather& g, int64_t begin, int64_t end, std::atomic<int64_t>& first_bad) {
   if (!g.copy) return gather_rows<Kind, 0>(g, begin, end, first_bad);
+  if (g.slice) return gather_general<Kind>(g, begin, end, first_bad);
   if (!g.dense) {
     switch (g.es) {
       case 1: return gather_strided<Kind, 1>(g, begin, end, first_bad);
@@ -444,12 +505,16 @@ template <int Kind>
 void gather_skipping(const Gather& g, int64_t begin, int64_t end) {
   const int64_t rb = g.row_bytes;
   for (int64_t t = begin; t < end; t++) {
+    const int64_t b = t / g.per_batch;
     int64_t bad_col = 0;
-    const int64_t off = tuple_offset<Kind>(g.idx, t, g.k, g.sizes, g.strides.data(),
-                                           (t / g.per_batch) * g.batch_stride, bad_col);
+    const int64_t off =
+        tuple_offset<Kind>(g.idx, t, g.k, g.sizes, g.strides.data(),
+                           g.batch_offs ? g.batch_offs[b] : b * g.batch_stride, bad_col);
     char* dst = g.out + t * rb;
     if (off < 0) {
       std::memset(dst, 0, static_cast<size_t>(rb));
+    } else if (g.slice) {
+      g.slice->read(dst, g.src + off);
     } else if (g.dense) {
       std::memcpy(dst, g.src + off, static_cast<size_t>(rb));
     } else {
@@ -506,17 +571,14 @@ void gather_into(char* dst, const Tensor& input, const Tensor& indices, const Pl
   // Nothing to read when the input is empty (every tuple is then out of range) or the slices
   // are: the check pass alone.
   const bool moves = p.slice_len > 0 && input.numel() > 0;
-  Tensor src = input;
-  if (moves && !read_geometry(src, p, g)) {
-    src = torch::stable::contiguous(input);
-    read_geometry(src, p, g);
-  }
+  GeneralGeometry geo;
+  if (moves && !read_geometry(input, p, g)) general_geometry(input, p, g, geo);
   if (!moves) {  // offsets are computed but never used
     g.strides.resize(static_cast<size_t>(p.k));
     for (int64_t j = 0; j < p.k; j++) g.strides[j] = 0;
   }
   g.row_bytes = p.slice_len * static_cast<int64_t>(input.element_size());
-  g.src = static_cast<const char*>(src.data_ptr());
+  g.src = static_cast<const char*>(input.data_ptr());
   bool skipping = false;
   if (target || !moves) {
     if (int64_t bad = run_gather(g, p.n_tuples); bad != kNoError) {

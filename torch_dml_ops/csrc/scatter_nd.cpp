@@ -19,18 +19,17 @@
 // float, in index order, for a large "add" (index_add_) and for "mul" (scatter_reduce_ "prod");
 // max/min compare in float and keep the winner's bits.
 //
-// Targets: a contiguous out= or in-place target is written directly; a strided one receives a
-// contiguous result through copy_ (which writes through its strides), as does one with the
-// negative bit set (copy_ writes through the negation); negative-bit inputs are materialized
-// first (resolved).  Every written target has its version counter bumped (mark_written).
+// Targets: a contiguous out= or in-place target is written directly; a strided one (a permuted
+// KV cache, a slice) through apply_strided, which moves the rows the tuples address and no
+// others; one with the negative bit set receives a contiguous result through copy_ (which
+// writes through the negation); negative-bit inputs are materialized first (resolved).  Every written target has its version counter bumped (mark_written).
 //
 // Memory safety: before anything is read, every call checks every metadata rule of the Python
 // layer at the permissive level (torch_dml_ops/_checks.py, same order and messages: CPU strided
 // tensors, reduction, dtypes, layout, the updates' shape; a DirectML level's limits are Python's
 // alone, checks.h), that each tensor's storage holds what it
 // addresses (check_storage) and the out= or in-place target (check_out: shape, dtype, no overlap).
-// The kernels then read contiguous tensors only (indices [n_tuples, k], updates
-// [n_tuples, slice]); a row number is formed only from coordinates wrap_check has put inside their
+// The kernels then read contiguous indices [n_tuples, k] and updates [n_tuples, slice]; a row number is formed only from coordinates wrap_check has put inside their
 // dimension, so every write lies in the destination's [rows, slice].  The rows pass checks every
 // tuple before the first write to anything the caller owns, so a failing call modifies nothing.
 // check_indices=False skips an out-of-range tuple (row -1) instead of raising, as on every
@@ -131,11 +130,13 @@ struct Plan {
   ScalarType dtype = ScalarType::Float;
   int64_t es = 4;
   int kind = kI64;
+  int64_t r = 0;  // the natural form's rank (the input's own, or its DimensionCount's)
   int64_t k = 1, n_tuples = 0, rows = 0, slice_len = 0;
   Dims index_sizes;
 };
 
 void plan_from_layout(const GatherLayout& lay, Plan& p) {
+  p.r = static_cast<int64_t>(lay.natural_input_shape.size());
   p.k = lay.k;
   p.n_tuples = lay.n_tuples;
   p.rows = lay.rows;
@@ -160,6 +161,7 @@ bool fast_plan(IntRef is, IntRef xs, IntRef us, Plan& p) {
   for (int64_t d = 0; d < q - 1; d++) n *= static_cast<uint64_t>(xs[d]);
   for (int64_t d = 0; d < k; d++) rows *= static_cast<uint64_t>(is[d]);
   for (int64_t d = k; d < r; d++) slice *= static_cast<uint64_t>(is[d]);
+  p.r = r;
   p.k = k;
   p.n_tuples = static_cast<int64_t>(n);
   p.rows = static_cast<int64_t>(rows);
@@ -621,6 +623,72 @@ void apply(const Apply& a, ScalarType dtype, Reduction red) {
 }
 
 // ------------------------------------------------------------------------------------------
+// A strided target
+// ------------------------------------------------------------------------------------------
+
+// The apply pass into a target of any layout (an in-place target or out= that is a view:
+// transformers' KV cache permuted to [positions, batch, heads, dim], a slice, a transpose),
+// moving the rows the tuples address and nothing else: those rows, each once, are read through
+// the target's strides into a compact buffer (in row order), the apply pass runs there with the
+// tuples renumbered (so every row sees its updates in index order, as in a contiguous target),
+// and the rows are written back.  The contiguous work copy written back whole it replaces cost
+// the whole target per call.  source (out=): copied into the target first (copy_ writes through
+// its strides), once the buffers are allocated.  `a` holds the updates and row numbers; its dst,
+// init and n_rows are this function's.
+void apply_strided(Apply a, const Plan& p, Reduction red, Tensor& dst,
+                   const Tensor* source) {
+  const int64_t n = a.n, rb = a.row_bytes;
+  // allocated before the first write (an allocation failure leaves the target untouched)
+  std::vector<int64_t> uniq;
+  uniq.reserve(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; t++)
+    if (a.rows[t] >= 0) uniq.push_back(a.rows[t]);
+  std::sort(uniq.begin(), uniq.end());
+  uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
+  const int64_t m = static_cast<int64_t>(uniq.size());
+  std::vector<int64_t> local(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; t++)
+    local[t] = a.rows[t] < 0 ? -1
+                             : std::lower_bound(uniq.begin(), uniq.end(), a.rows[t]) - uniq.begin();
+  std::unique_ptr<char[]> work(new (std::nothrow) char[static_cast<size_t>(std::max<int64_t>(m * rb, 1))]);
+  if (!work) runtime_error(kOp, ": cannot allocate ", m * rb, " bytes of addressed rows");
+  // The natural form's dimensions are dst's last p.r (leading size-1 dimensions a DimensionCount
+  // adds or drops address nothing): index dimensions, then the slice.
+  auto sizes = dst.sizes();
+  auto strides = dst.strides();
+  const int64_t nd = static_cast<int64_t>(sizes.size()), pad = nd - p.r;
+  StridedSlice slice;
+  slice.init(sizes, strides, std::max<int64_t>(pad + p.k, 0), nd, p.es);
+  Dims row_steps;  // bytes per coordinate of each index dimension
+  row_steps.resize(static_cast<size_t>(p.k));
+  for (int64_t j = 0; j < p.k; j++) row_steps[j] = pad + j >= 0 ? strides[pad + j] * p.es : 0;
+  if (source) torch::stable::copy_(dst, *source);
+  char* const base = static_cast<char*>(dst.data_ptr());
+  // row number -> the byte offset of its slice (coordinates in row-major order of index_sizes)
+  auto row_offset = [&](int64_t row) {
+    int64_t off = 0;
+    for (int64_t j = p.k; j-- > 0;) {
+      const int64_t size = p.index_sizes[j];
+      off += (row % size) * row_steps[j];
+      row /= size;
+    }
+    return off;
+  };
+  const int parts = parts_for(m * (1 + rb / 64), kGrain);
+  parallel_parts(m, parts, [&](int64_t lo, int64_t hi, int) {
+    for (int64_t i = lo; i < hi; i++) slice.read(work.get() + i * rb, base + row_offset(uniq[i]));
+  });
+  a.dst = work.get();
+  a.init = nullptr;
+  a.rows = local.data();
+  a.n_rows = m;
+  apply(a, p.dtype, red);
+  parallel_parts(m, parts, [&](int64_t lo, int64_t hi, int) {
+    for (int64_t i = lo; i < hi; i++) slice.write(base + row_offset(uniq[i]), work.get() + i * rb);
+  });
+}
+
+// ------------------------------------------------------------------------------------------
 // One scatter
 // ------------------------------------------------------------------------------------------
 
@@ -640,8 +708,9 @@ struct Call {
                     call.input.dim());
 }
 
-// Scatters checked, resolved `indices` and `updates` into `dst` (contiguous, the input's shape
-// and dtype), which first receives `source` when given (else it already holds the input).  Every
+// Scatters checked, resolved `indices` and `updates` into `dst` (the input's shape and dtype;
+// contiguous, or any layout through apply_strided), which first receives `source` when given
+// (else it already holds the input).  Every
 // tuple is checked before the first write to dst.  target_name: dst is the caller's tensor
 // (out= or the in-place target), marked written (mark_written) once every tuple is checked.
 void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const Tensor* source,
@@ -651,7 +720,7 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
   if (n == 0) {
     if (target_name) mark_written(call.op, target_name, dst);
     if (source && dst.numel() > 0) {
-      if (source->is_contiguous())
+      if (source->is_contiguous() && dst.is_contiguous())
         copy_bytes(static_cast<char*>(dst.data_ptr()),
                    static_cast<const char*>(source->data_ptr()),
                    dst.numel() * p.es);
@@ -702,6 +771,14 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
   if (target_name) mark_written(call.op, target_name, dst);
   if (!moves) return;
   Apply a;
+  const Tensor upd = as_contiguous(updates);
+  a.upd = static_cast<const char*>(upd.data_ptr());
+  a.rows = rp.rows;
+  a.n = n;
+  a.applied = applied;
+  a.slice_len = p.slice_len;
+  a.row_bytes = p.slice_len * p.es;
+  if (!dst.is_contiguous()) return apply_strided(a, p, red, dst, source);
   a.dst = static_cast<char*>(dst.data_ptr());
   if (source) {
     if (source->is_contiguous())
@@ -709,14 +786,7 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
     else
       torch::stable::copy_(dst, *source);
   }
-  const Tensor upd = as_contiguous(updates);
-  a.upd = static_cast<const char*>(upd.data_ptr());
-  a.rows = rp.rows;
-  a.n = n;
-  a.applied = applied;
   a.n_rows = p.rows;
-  a.slice_len = p.slice_len;
-  a.row_bytes = p.slice_len * p.es;
   apply(a, p.dtype, red);
 }
 
@@ -763,12 +833,11 @@ void scatter_nd_out(Tensor input, Tensor indices, Tensor updates, StrArg reducti
   const Tensor x = resolved(input), i = resolved(indices), u = resolved(updates);
   const Call call{kOp, input, indices, input_dimension_count, indices_dimension_count};
   const bool neg = is_neg(out);
-  if (!neg && out.is_contiguous()) {
+  if (!neg) {  // any layout (a strided out= through apply_strided)
     scatter(call, p, red, out, &x, i, u, check_indices, kOutName);
     return;
   }
-  // A fresh result, then copy_ (which writes through a negative view's negation, and through
-  // any strides).
+  // A fresh result, then copy_ (which writes through a negative view's negation).
   Tensor fresh = empty_contiguous(x, x.sizes());
   scatter(call, p, red, fresh, &x, i, u, check_indices);
   if (!neg) mark_written(kOp, kOutName, out);
@@ -799,15 +868,8 @@ void scatter_nd_(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
     torch::stable::copy_(input, fresh);
     return;
   }
-  if (input.is_contiguous()) {
-    scatter(call, p, red, input, nullptr, i, u, check_indices, kTargetName);
-    return;
-  }
-  // A contiguous work copy, written back through the target's strides.
-  Tensor work = torch::stable::contiguous(input);
-  scatter(call, p, red, work, nullptr, i, u, check_indices);
-  mark_written(kInplaceOp, kTargetName, input);
-  torch::stable::copy_(input, work);
+  // any layout: a strided target through apply_strided (its addressed rows only)
+  scatter(call, p, red, input, nullptr, i, u, check_indices, kTargetName);
 }
 
 }  // namespace

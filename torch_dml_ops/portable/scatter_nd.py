@@ -251,11 +251,16 @@ def _scatter_masked(dst, indices, updates, lay, reduction, source, deterministic
     return _reduce_rows(dst, rows, updates, lay, reduction, deterministic, ok)
 
 
-def _reduce_rows(dst, lin, updates, lay, reduction, deterministic, keep=None):
+def _reduce_rows(dst, lin, updates, lay, reduction, deterministic, keep=None, rows=None):
     """Apply every tuple's slice to its row ``lin`` of ``dst`` (viewed ``[rows, slice]``) with
     the duplicate policy of ``reduction``; ``keep``: tuples whose update becomes the reduction's
-    identity (``_scatter_masked``)."""
-    rows, slice_len, n_tuples = lay.rows, lay.slice_len, lay.n_tuples
+    identity (``_scatter_masked``).  A ``dst`` that is not contiguous (a permuted KV cache, a
+    slice) goes through :func:`_reduce_strided`: its addressed rows only."""
+    if rows is None:
+        if not dst.is_contiguous():
+            return _reduce_strided(dst, lin, updates, lay, reduction, deterministic, keep)
+        rows = lay.rows
+    slice_len, n_tuples = lay.slice_len, lay.n_tuples
     adt = _arith_dtype(dst.dtype, reduction)
     same_bits = adt.itemsize == dst.dtype.itemsize and adt != torch.bool or adt == dst.dtype
     # uint64 max/min: int64 arithmetic on sign-flipped copies (torch has no uint64 reductions)
@@ -305,6 +310,34 @@ def _reduce_rows(dst, lin, updates, lay, reduction, deterministic, keep=None):
         work.bitwise_xor_(SIGN_BIT_64)
     if not in_place:
         (dst.view(adt) if same_bits else dst).copy_(work.view(dst.shape))
+    return dst
+
+
+def _reduce_strided(dst, lin, updates, lay, reduction, deterministic, keep):
+    """:func:`_reduce_rows` into a ``dst`` of any layout, moving the rows the tuples address and
+    no others (a contiguous work copy of ``dst`` would cost the whole tensor per call): the
+    distinct rows, in row order, are read through ``dst``'s strides into a compact buffer, the
+    tuples renumbered into it (each row still sees its updates in index order), reduced there,
+    and written back.  ``torch.unique`` reads its count on the host (one sync off the CPU)."""
+    nat = tuple(lay.index_sizes) + tuple(lay.slice_shape)
+    try:
+        view = as_movable(dst).view(nat)        # drops or adds DML padding (size-1 dimensions)
+    except RuntimeError:
+        view = None
+    if view is None:    # no view of the natural form: the contiguous work copy
+        work = dst.contiguous()
+        _reduce_rows(work, lin, updates, lay, reduction, deterministic, keep, lay.rows)
+        return dst.copy_(work.view(dst.shape))
+    uniq, local = torch.unique(lin, sorted=True, return_inverse=True)
+    coords = []
+    rest = uniq
+    for size in reversed(lay.index_sizes):
+        coords.append(rest % size)
+        rest = rest // size
+    coords = tuple(reversed(coords))
+    compact = view[coords].view(dst.dtype).reshape(uniq.numel(), lay.slice_len)
+    _reduce_rows(compact, local, updates, lay, reduction, deterministic, keep, uniq.numel())
+    view.index_put_(coords, as_movable(compact).view((uniq.numel(),) + tuple(lay.slice_shape)))
     return dst
 
 
