@@ -81,3 +81,44 @@ def test_out_overloads_into_layers_of_stacked_buffers():
         compiled(*got, pos, _kv(T), src, rows)
         _out_overloads(*want, pos, _kv(T), src, rows)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), f"T={T}"
+
+
+def test_permuted_cache_write_and_read_compiled_equal_eager():
+    """transformers' layout [batch, heads, positions, dim] written and read through the
+    permuted view (tests/test_strided_views.py for eager), compiled."""
+    def step(keys, pos, k):
+        tdo.scatter_nd_(keys.permute(2, 0, 1, 3), pos[:, None], k.permute(2, 0, 1, 3))
+        return tdo.gather_nd(keys.permute(2, 0, 1, 3), pos[:, None]) * 2
+    compiled = torch.compile(step, fullgraph=True)
+    keys = torch.randn(2, 3, 16, 4)
+    eager_keys = keys.clone()
+    for p in (0, 7, 15):
+        pos, k = torch.tensor([p]), torch.randn(2, 3, 1, 4)
+        want = step(eager_keys, pos, k)
+        assert torch.equal(compiled(keys, pos, k), want)
+        assert torch.equal(keys, eager_keys)
+
+
+def _chain(e):
+    out = []
+    while e is not None and len(out) < 20:
+        out.append(e)
+        e = e.__cause__ or e.__context__
+    return out
+
+
+def test_what_a_caller_catches_under_compile():
+    """docs/api.md, "Errors under compile": an out-of-range index raised while the compiled
+    graph runs is ours, unchanged; a refusal found while tracing is torch's wrapper with ours
+    in its chain (as torch does for its own ops)."""
+    x = torch.randn(4, 3)
+    gather = torch.compile(lambda a, i: tdo.gather_nd(a, i) * 2, fullgraph=True)
+    with pytest.raises(IndexError, match=r"gather_nd: .*value 7"):
+        gather(x, torch.tensor([[7]]))
+    torch._dynamo.reset()
+    refused = torch.compile(lambda a: tdo.gather_nd(a, torch.tensor([[1]], dtype=torch.int8)),
+                            fullgraph=True)
+    with pytest.raises(Exception) as info:
+        refused(x)
+    ours = [e for e in _chain(info.value) if isinstance(e, tdo.ConstraintTypeError)]
+    assert ours and "IndicesTensor" in str(ours[0]) and "int8" in str(ours[0])

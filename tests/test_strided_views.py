@@ -176,3 +176,24 @@ def test_no_copy_of_a_strided_target_or_input(backend, path, reduction):
         ops, allocated = _profiled(lambda: tdo.gather_nd(cache, idx))
         assert path == "torch" or not ops & _COPIES, ops
         assert allocated <= 2 * upd.numel() * upd.element_size() + 1024, (allocated, size)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_skipped_tuples_into_a_view(any_backend, dev, reduction):
+    """``check_indices=False`` into a strided target: the out-of-range tuples are skipped, the
+    others applied in index order, as into a contiguous copy (every row once a skipped tuple's
+    neighbour, the last row included, where the renumbered buffer's repeats live)."""
+    keys = make_data((2, 3, 8, 4), torch.float32).to(dev)
+    pos = torch.tensor([[7], [9], [0], [7], [-9], [3], [7]]).to(dev)   # 9 and -9: out of range
+    upd = make_data((7, 2, 3, 4), torch.float32).to(dev)
+    want = keys.permute(2, 0, 1, 3).clone(memory_format=torch.contiguous_format)
+    tdo.scatter_nd_(want, pos, upd, reduction=reduction, check_indices=False)
+    target = keys.clone()
+    tdo.scatter_nd_(target.permute(2, 0, 1, 3), pos, upd, reduction=reduction,
+                    check_indices=False)
+    assert_bits_equal(target.permute(2, 0, 1, 3), want)
+    only_bad = torch.tensor([[8], [-9]]).to(dev)
+    target = keys.clone()
+    tdo.scatter_nd_(target.permute(2, 0, 1, 3), only_bad, upd[:2], reduction=reduction,
+                    check_indices=False)
+    assert torch.equal(target, keys)

@@ -162,6 +162,14 @@ def gather_nd_triton(out: torch.Tensor, input: torch.Tensor, indices: torch.Tens
 # The op kernels (CUDA dispatch key; the CPU key under backend("triton") with the interpreter)
 # ---------------------------------------------------------------------------------------------
 
+def _unwalkable(nat_input: torch.Tensor, lay) -> bool:
+    shape, strides, b, k = nat_input.shape, nat_input.stride(), lay.batch_dims, lay.k
+    if nat_input.numel() == 0:
+        return False
+    return (merged_stride(shape[:b], strides[:b]) is None
+            or merged_stride(shape[b + k:], strides[b + k:]) is None)
+
+
 def _compute(input: torch.Tensor, indices: torch.Tensor, lay, check: bool,
              out: Optional[torch.Tensor]) -> torch.Tensor:
     """Into ``out`` (a caller's) or a new tensor.  A fresh output is written in the same pass
@@ -170,6 +178,11 @@ def _compute(input: torch.Tensor, indices: torch.Tensor, lay, check: bool,
     if lay.k > MAX_K:     # more coordinates than the kernel's arguments (any rank is allowed)
         return gather_nd_torch(input, indices, lay, check, out)
     nat_input = reshaped(input, lay.natural_input_shape)
+    if _unwalkable(nat_input, lay):
+        # batch or slice dimensions the kernel cannot walk as one strided dimension each (a
+        # permuted KV cache): torch's advanced indexing reads them through their strides, where
+        # the kernel would need a contiguous copy of the whole input
+        return gather_nd_torch(input, indices, lay, check, out)
     nat_indices = reshaped(indices, lay.natural_indices_shape)
     if check:
         refuse_capture("gather_nd", input)

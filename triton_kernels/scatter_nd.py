@@ -18,7 +18,8 @@ import triton.language as tl
 from .._checks import raise_index_error
 from .._forms import row_major_strides
 from .._tables import SIGNED_INDEX_DTYPES
-from ..portable.scatter_nd import make_kernels, scatter_nd_torch
+from ..portable._common import index_matrix, masked_rows
+from ..portable.scatter_nd import AddressedRows, make_kernels, scatter_nd_torch
 from ._common import (MAX_K, NO_VIOLATION, NO_VIOLATION_K, bits_view, cdiv, dims8, fits32, launch,
                       launch_guard, refuse_capture, reshaped, tuple_blocks, tuple_offsets,
                       vec_width)
@@ -167,7 +168,18 @@ def scatter_nd_triton(out: torch.Tensor, indices: torch.Tensor, updates: torch.T
     if n_tuples == 0 or out.numel() == 0:
         return
     rows = math.prod(index_sizes)
-    dst = out if out.is_contiguous() else out.contiguous()
+    if not out.is_contiguous():
+        # A strided target (a permuted KV cache, a slice): the kernels run on a compact buffer
+        # of the rows the tuples address, renumbered (AddressedRows: sync-free torch ops), and
+        # those rows are written back: never a contiguous copy of the whole target.
+        idx2 = index_matrix(indices, n_tuples, k, small=False)
+        lin, ok = masked_rows(idx2, index_sizes, indices.dtype in SIGNED_INDEX_DTYPES)
+        addressed = AddressedRows(out, torch.where(ok, lin, rows), index_sizes, rows)
+        scatter_nd_triton(addressed.compact, addressed.local.unsqueeze(1), updates, 1,
+                          reduction, deterministic, max_block)
+        addressed.write_back()
+        return
+    dst = out
     idx = indices.contiguous()
     upd = updates.contiguous()
     meta = _meta(index_sizes)
@@ -189,8 +201,6 @@ def scatter_nd_triton(out: torch.Tensor, indices: torch.Tensor, updates: torch.T
             out2d, upd2d = out2d.view(twin), upd2d.view(twin)
         mode = {"add": ADD, "max": MAX, "min": MIN}[reduction]
         _launch(mode, out2d, upd2d, idx, meta, idx, n_tuples, slice_len, k, max_block)
-    if dst is not out:
-        out.copy_(dst)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -313,31 +313,68 @@ def _reduce_rows(dst, lin, updates, lay, reduction, deterministic, keep=None, ro
     return dst
 
 
+class AddressedRows:
+    """The rows of a strided target ``view`` (natural form ``[*index_sizes, *slice]``, any
+    strides) that tuples address, moved into a compact contiguous buffer and back: a scatter
+    into a view (a permuted KV cache, a slice) then moves those rows only, never a contiguous
+    copy of the whole target.
+
+    ``lin``: each tuple's row number, ``rows`` (one past the last) for a tuple to skip.  Sync-free
+    (torch ops on ``lin``'s device, no host read, so a CUDA call stays capturable): the distinct
+    rows are numbered in row order by a sort, giving ``n`` slots of which the first m are the
+    distinct rows and the rest repeat the last one.  ``compact`` is ``[n, *slice]`` (the slots'
+    rows, read through ``view``'s strides), ``local`` each tuple's slot (``n`` for a skipped
+    tuple, out of range for a scatter into ``compact``).  Each row sees its tuples in their index
+    order, as in the target itself, so any reduction gives the target's own result.
+    :meth:`write_back` writes every slot back, the repeats with the last row's own final
+    values (duplicates of identical bytes: any order gives the same result)."""
+
+    def __init__(self, view: torch.Tensor, lin: torch.Tensor, index_sizes, rows: int):
+        n = lin.numel()
+        dev = lin.device
+        s, perm = torch.sort(lin)
+        first = torch.ones(n, dtype=torch.bool, device=dev)
+        first[1:] = s[1:] != s[:-1]
+        slot = torch.cumsum(first, 0) - 1                       # each sorted tuple's slot
+        valid = s < rows
+        # the last slot of an addressed row (-1: none; every later slot repeats it)
+        last = torch.where(valid, slot, -1).amax()
+        local = torch.empty_like(slot)
+        local[perm] = torch.where(valid, slot, n)
+        row_of = torch.zeros(n, dtype=s.dtype, device=dev)
+        row_of.scatter_(0, slot, torch.where(valid, s, 0))       # equal values on duplicates
+        self.fix = torch.minimum(torch.arange(n, device=dev), last.clamp(min=0))
+        row_of = row_of.index_select(0, self.fix)
+        coords = []
+        rest = row_of
+        for size in reversed(index_sizes):
+            coords.append(rest % size)
+            rest = rest // size
+        self.coords = tuple(reversed(coords))
+        self.view = bits_view(view)
+        self.dtype = view.dtype
+        self.local = local
+        self.compact = self.view[self.coords].contiguous().view(view.dtype)
+
+    def write_back(self) -> None:
+        compact = bits_view(self.compact).index_select(0, self.fix)
+        self.view.index_put_(self.coords, compact)
+
+
 def _reduce_strided(dst, lin, updates, lay, reduction, deterministic, keep):
-    """:func:`_reduce_rows` into a ``dst`` of any layout, moving the rows the tuples address and
-    no others (a contiguous work copy of ``dst`` would cost the whole tensor per call): the
-    distinct rows, in row order, are read through ``dst``'s strides into a compact buffer, the
-    tuples renumbered into it (each row still sees its updates in index order), reduced there,
-    and written back.  ``torch.unique`` reads its count on the host (one sync off the CPU)."""
+    """:func:`_reduce_rows` into a ``dst`` of any layout through :class:`AddressedRows`: the
+    addressed rows only (a contiguous work copy of ``dst`` would cost the whole tensor)."""
     nat = tuple(lay.index_sizes) + tuple(lay.slice_shape)
     try:
-        view = as_movable(dst).view(nat)        # drops or adds DML padding (size-1 dimensions)
-    except RuntimeError:
-        view = None
-    if view is None:    # no view of the natural form: the contiguous work copy
+        view = dst.view(nat)        # drops or adds DML padding (size-1 dimensions)
+    except RuntimeError:            # no view of the natural form: the contiguous work copy
         work = dst.contiguous()
         _reduce_rows(work, lin, updates, lay, reduction, deterministic, keep, lay.rows)
         return dst.copy_(work.view(dst.shape))
-    uniq, local = torch.unique(lin, sorted=True, return_inverse=True)
-    coords = []
-    rest = uniq
-    for size in reversed(lay.index_sizes):
-        coords.append(rest % size)
-        rest = rest // size
-    coords = tuple(reversed(coords))
-    compact = view[coords].view(dst.dtype).reshape(uniq.numel(), lay.slice_len)
-    _reduce_rows(compact, local, updates, lay, reduction, deterministic, keep, uniq.numel())
-    view.index_put_(coords, as_movable(compact).view((uniq.numel(),) + tuple(lay.slice_shape)))
+    rows = AddressedRows(view, lin, lay.index_sizes, lay.rows)
+    _reduce_rows(rows.compact, rows.local, updates, lay, reduction, deterministic, keep,
+                 lin.numel())
+    rows.write_back()
     return dst
 
 
