@@ -246,8 +246,8 @@ bool read_geometry(const Tensor& input, const Plan& p, Gather& g) {
 
 // What the general kernel needs of a layout read_geometry refused: the slice as runs, and each
 // batch's base offset (bytes) when the batch dimensions do not collapse (g.batch_stride when
-// they do).  Sizes of the index dimensions' coordinates are the caller's: only a slice and a
-// table of p.batch offsets (p.batch <= p.n_tuples) are built, never a copy of the input.
+// they do): a slice's runs and a table of p.batch offsets (p.batch <= p.n_tuples) are built,
+// never a copy of the input.
 struct GeneralGeometry {
   StridedSlice slice, batches;
   std::vector<int64_t> batch_offs;
@@ -274,7 +274,8 @@ void general_geometry(const Tensor& input, const Plan& p, Gather& g, GeneralGeom
   geo.batch_offs.resize(static_cast<size_t>(p.batch));
   const int64_t len = geo.batches.run_len(), step = geo.batches.run_step();
   geo.batches.each_run([&](int64_t r, int64_t off) {
-    for (int64_t i = 0; i < len; i++) geo.batch_offs[static_cast<size_t>(r * len + i)] = off + i * step;
+    for (int64_t i = 0; i < len; i++)
+      geo.batch_offs[static_cast<size_t>(r * len + i)] = off + i * step;
   });
   g.batch_offs = geo.batch_offs.data();
 }

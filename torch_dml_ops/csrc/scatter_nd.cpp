@@ -22,18 +22,20 @@
 // Targets: a contiguous out= or in-place target is written directly; a strided one (a permuted
 // KV cache, a slice) through apply_strided, which moves the rows the tuples address and no
 // others; one with the negative bit set receives a contiguous result through copy_ (which
-// writes through the negation); negative-bit inputs are materialized first (resolved).  Every written target has its version counter bumped (mark_written).
+// writes through the negation); negative-bit inputs are materialized first (resolved).  Every
+// written target has its version counter bumped (mark_written).
 //
 // Memory safety: before anything is read, every call checks every metadata rule of the Python
 // layer at the permissive level (torch_dml_ops/_checks.py, same order and messages: CPU strided
 // tensors, reduction, dtypes, layout, the updates' shape; a DirectML level's limits are Python's
 // alone, checks.h), that each tensor's storage holds what it
 // addresses (check_storage) and the out= or in-place target (check_out: shape, dtype, no overlap).
-// The kernels then read contiguous indices [n_tuples, k] and updates [n_tuples, slice]; a row number is formed only from coordinates wrap_check has put inside their
-// dimension, so every write lies in the destination's [rows, slice].  The rows pass checks every
-// tuple before the first write to anything the caller owns, so a failing call modifies nothing.
-// check_indices=False skips an out-of-range tuple (row -1) instead of raising, as on every
-// backend.
+// The kernels then read contiguous indices [n_tuples, k] and updates [n_tuples, slice]; a row
+// number is formed only from coordinates wrap_check has put inside their dimension, so every
+// write lies in the destination's [rows, slice] (a strided one's rows through its strides).
+// The rows pass checks every tuple before the first write to anything the caller owns, so a
+// failing call modifies nothing.  check_indices=False skips an out-of-range tuple (row -1)
+// instead of raising, as on every backend.
 #include "checks.h"
 
 #include <array>
@@ -647,10 +649,12 @@ void apply_strided(Apply a, const Plan& p, Reduction red, Tensor& dst,
   uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
   const int64_t m = static_cast<int64_t>(uniq.size());
   std::vector<int64_t> local(static_cast<size_t>(n));
-  for (int64_t t = 0; t < n; t++)
-    local[t] = a.rows[t] < 0 ? -1
-                             : std::lower_bound(uniq.begin(), uniq.end(), a.rows[t]) - uniq.begin();
-  std::unique_ptr<char[]> work(new (std::nothrow) char[static_cast<size_t>(std::max<int64_t>(m * rb, 1))]);
+  for (int64_t t = 0; t < n; t++) {
+    const int64_t r = a.rows[t];
+    local[t] = r < 0 ? -1 : std::lower_bound(uniq.begin(), uniq.end(), r) - uniq.begin();
+  }
+  const size_t work_bytes = static_cast<size_t>(std::max<int64_t>(m * rb, 1));
+  std::unique_ptr<char[]> work(new (std::nothrow) char[work_bytes]);
   if (!work) runtime_error(kOp, ": cannot allocate ", m * rb, " bytes of addressed rows");
   // The natural form's dimensions are dst's last p.r (leading size-1 dimensions a DimensionCount
   // adds or drops address nothing): index dimensions, then the slice.
