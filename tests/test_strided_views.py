@@ -197,3 +197,27 @@ def test_skipped_tuples_into_a_view(any_backend, dev, reduction):
     tdo.scatter_nd_(target.permute(2, 0, 1, 3), only_bad, upd[:2], reduction=reduction,
                     check_indices=False)
     assert torch.equal(target, keys)
+
+
+@pytest.mark.parametrize("batch_dims", [0, 1])
+def test_unchecked_gather_from_a_view_as_on_cuda(monkeypatch, backend, batch_dims):
+    """``check_indices=False`` on the portable path as it runs on CUDA (every tuple masked, no
+    host read): a strided input is read through its strides, bad tuples give zeros, no copy of
+    the input."""
+    from torch_dml_ops.portable import gather_nd as pg
+    monkeypatch.setattr(pg, "torch_checks_bounds", lambda t: False)
+    backend("torch")
+    keys = make_data((2, 4, 64, 16), torch.float32)
+    cache = keys.permute(0, 2, 1, 3) if batch_dims else keys.permute(2, 0, 1, 3)
+    pos = torch.tensor([[5], [70], [-1]]) if not batch_dims else torch.tensor([[[5], [70]],
+                                                                              [[-1], [3]]])
+    got = tdo.gather_nd(cache, pos, batch_dims=batch_dims, check_indices=False)
+    flat = pos.reshape(-1, 1)
+    ok = ((flat[:, 0] >= -64) & (flat[:, 0] < 64)).numpy()
+    safe = torch.where(torch.from_numpy(ok)[:, None], flat, 0).reshape(pos.shape)
+    want = gather_nd_ref(cache.contiguous(), safe, batch_dims).reshape(len(flat), -1)
+    bits = to_bits(got).reshape(len(flat), -1)
+    assert (bits[ok] == want[ok]).all() and (bits[~ok] == 0).all()
+    ops, allocated = _profiled(lambda: tdo.gather_nd(cache, pos, batch_dims=batch_dims,
+                                                     check_indices=False))
+    assert allocated < keys.numel() * keys.element_size() // 4, allocated

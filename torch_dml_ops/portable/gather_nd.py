@@ -68,8 +68,19 @@ def _gather_masked(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayout
     idx2 = index_matrix(indices, n, lay.k, small=False)
     rows, ok = masked_rows(idx2, lay.index_sizes, indices.dtype in SIGNED_INDEX_DTYPES,
                            lay.batch, n // lay.batch)
-    src = as_movable(input).reshape(lay.rows, lay.slice_len)
-    res = torch.index_select(src, 0, rows).masked_fill_(~ok.unsqueeze(1), 0)
+    src = as_movable(input)
+    if src.is_contiguous():
+        res = torch.index_select(src.view(lay.rows, lay.slice_len), 0, rows)
+    else:
+        # read through the strides (advanced indexing on the natural form's coordinates), not
+        # from a reshape's contiguous copy of the whole input
+        nat = src.reshape(lay.natural_input_shape)     # a view: drops or adds DML padding
+        coords = []
+        for size in reversed(lay.natural_input_shape[:lay.batch_dims + lay.k]):
+            coords.append(rows % size)
+            rows = rows // size
+        res = nat[tuple(reversed(coords))].reshape(n, lay.slice_len)
+    res = res.masked_fill_(~ok.unsqueeze(1), 0)
     res = res.view(input.dtype).view(lay.out_shape)
     return res if out is None else out.copy_(res)
 
