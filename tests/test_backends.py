@@ -1255,11 +1255,11 @@ def test_scatter_k0_updates_the_whole_input(any_backend, dev, deterministic, dty
                                    for r in REDUCTIONS], only=OTHERS,
                triton=lambda d, r: d == torch.float16)
 def test_scatter_k0_half_rounding_matches_portable(both, dev, deterministic, dtype, reduction):
-    """float16/bfloat16 with k = 0: the portable path's rounding (per add up to 16384 updated
-    elements, else once per element), on every backend (deterministic mode: on CUDA the
-    duplicates' order is otherwise the atomics')."""
+    """float16/bfloat16 with k = 0: the portable path's rounding (add and mul summed in
+    float32 in index order, rounded once per element), on every backend (deterministic mode: on
+    CUDA the duplicates' order is otherwise the atomics')."""
     g = torch.Generator().manual_seed(6)
-    for shape, n in (((4, 3), 5), ((64, 65), 4)):        # below and above the threshold
+    for shape, n in (((4, 3), 5), ((64, 65), 4)):        # few and many updated elements
         x = make_data(shape, dtype, g).to(dev)
         i = torch.empty(n, 0, dtype=torch.int32, device=dev)
         u = (make_data((n,) + shape, dtype, g) / 8).to(dev)

@@ -155,7 +155,7 @@ def test_overwrite_duplicates_never_reach_index_put(backend, as_on_cuda, index_o
 
 def _sequential_add(x, idx, upd, wide=False):
     """The CPU's order: each row's updates added in index order, rounded per add (``wide``:
-    accumulated in float32 and rounded once, the CPU's large float16/bfloat16 scatter)."""
+    accumulated in float32 and rounded once, the one rule of a float16/bfloat16 add)."""
     out = x.float().clone() if wide else x.clone()
     for t in range(idx.shape[0]):
         i, j = (int(v) for v in idx[t])
@@ -169,10 +169,9 @@ def _sequential_add(x, idx, upd, wide=False):
 def test_deterministic_float_add_in_index_order(backend, as_on_cuda, index_ops, deterministic,
                                                 monkeypatch, dtype, n):
     """Deterministic mode: CUDA's index_add_ sums duplicates in its own order, so float add
-    takes the ordered rounds, bit for bit the CPU's sums (float16/bfloat16 rounded per add up
-    to SMALL_SCATTER updated elements, once above, as the CPU does)."""
+    takes the ordered rounds, bit for bit the CPU's sums (float16/bfloat16 summed in float32
+    and rounded once, whatever the number of updates, as the CPU does)."""
     from torch_dml_ops.portable import gather_nd as pg, scatter_nd as ps
-    from torch_dml_ops.portable.scatter_nd import SMALL_SCATTER
     backend("torch")
     g = torch.Generator().manual_seed(n)
     x = torch.randn(7, 5, 4, generator=g).to(dtype)
@@ -180,13 +179,13 @@ def test_deterministic_float_add_in_index_order(backend, as_on_cuda, index_ops, 
     upd = (torch.randn(n, 4, generator=g) * 100).to(dtype)
     got = tdo.scatter_nd(x, idx, upd, "add")
     assert "index_add_" not in index_ops and "index_put_" not in index_ops
-    wide = dtype.itemsize == 2 and n * 4 > SMALL_SCATTER
+    wide = dtype.itemsize == 2
     assert torch.equal(got.view(torch.int8), _sequential_add(x, idx, upd, wide).view(torch.int8))
     monkeypatch.undo()                      # the CPU's own path (index_put_ / index_add_)
     cpu = tdo.scatter_nd(x, idx, upd, "add")
     assert torch.equal(got.view(torch.int8), cpu.view(torch.int8))
     # check_indices=False with out-of-range tuples: the in-range ones' sums, rounded as the
-    # CPU rounds that many (the skipped tuples do not count towards SMALL_SCATTER)
+    # CPU rounds them
     bad = torch.cat([idx, torch.tensor([[7, 0]] * (n // 10))])
     ubad = torch.cat([upd, upd[: n // 10]])
     cpu = tdo.scatter_nd(x, bad, ubad, "add", check_indices=False)

@@ -690,3 +690,31 @@ def test_combining_gradients_are_scatter_reduces_bit_for_bit(reduction, dtype):
     for got, ref, name in ((gx, want_gx, "input"), (gu, want_gu, "updates")):
         same = got.view(bits[dtype]) == ref.view(bits[dtype])        # -0.0 against 0.0 too
         assert bool(same.all()), (name, int((~same).sum()), got[~same][:5], ref[~same][:5])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_add_rounds_once_whatever_the_number_of_updates(any_backend, dev, dtype):
+    """One accumulation rule for float16/bfloat16 add with duplicates: each element summed in
+    float32 in index order, rounded once (torch's CPU index_add_), whatever the number of
+    updates. Before: up to 16384 updated elements the sums were rounded after every add
+    (index_put_), above once, so adding one zero update aimed at another row changed rows 0-2."""
+    g = torch.Generator().manual_seed(41)
+    x = make_data((4, 4), dtype, g).to(dev)
+    i = torch.randint(0, 3, (4095, 1), generator=g)
+    u = (torch.randn(4095, 4, generator=g) * 3).to(dtype)
+    acc = x.cpu().float()
+    for t in range(i.shape[0]):
+        acc[i[t, 0]] += u[t].float()
+    want = acc.to(dtype)
+    got = tdo.scatter_nd(x, i.to(dev), u.to(dev), reduction="add")
+    assert torch.equal(got.cpu().view(torch.int16), want.view(torch.int16))
+    # one more update, of zeros, into row 3: rows 0-2 keep their bits (16384 updated elements)
+    i2 = torch.cat([i, torch.tensor([[3]])])
+    u2 = torch.cat([u, torch.zeros(1, 4, dtype=dtype)])
+    got2 = tdo.scatter_nd(x, i2.to(dev), u2.to(dev), reduction="add")
+    assert torch.equal(got2[:3].cpu().view(torch.int16), got[:3].cpu().view(torch.int16))
+    small = tdo.scatter_nd(x, i[:5].to(dev), u[:5].to(dev), reduction="add")
+    acc = x.cpu().float()
+    for t in range(5):
+        acc[i[t, 0]] += u[t].float()
+    assert torch.equal(small.cpu().view(torch.int16), acc.to(dtype).view(torch.int16))

@@ -14,10 +14,10 @@
 // Arithmetic is the portable path's (torch's CPU kernels) bit for bit: integers wrap around,
 // max/min are scatter_reduce_'s amax/amin with include_self (a NaN update wins, a NaN already
 // there stays, ties keep what is there; unsigned types compare unsigned), bool add/max are
-// logical or and mul/min logical and.  float16 / bfloat16 round where torch rounds on that path:
-// after every add for a small "add" (its index_put_), and once per element after accumulating in
-// float, in index order, for a large "add" (index_add_) and for "mul" (scatter_reduce_ "prod");
-// max/min compare in float and keep the winner's bits.
+// logical or and mul/min logical and.  float16 / bfloat16 "add" and "mul" accumulate each
+// destination element in float, in index order, and round once (torch's CPU index_add_ and
+// scatter_reduce_ "prod"), whatever the number of updates, threads or backend; max/min compare
+// in float and keep the winner's bits.
 //
 // Targets: a contiguous out= or in-place target is written directly; a strided one (a permuted
 // KV cache, a slice) through apply_strided, which moves the rows the tuples address and no
@@ -46,6 +46,10 @@
 #include <type_traits>
 #include <utility>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 namespace tdo {
 namespace {
 
@@ -59,10 +63,6 @@ constexpr const char* kTargetName = "InputTensor (the in-place target)";
 constexpr int64_t kGrainShortRows = int64_t(1) << 15;
 // How far ahead (in tuples) destination rows are prefetched for small slices.
 constexpr int kBlock = 32;
-// The portable path's SMALL_SCATTER (torch_dml_ops/portable/scatter_nd.py): up to this many
-// updated elements an "add" goes through index_put_ (float16 / bfloat16 rounded after every
-// add), beyond it through index_add_ (summed in float, rounded once).
-constexpr int64_t kSmallScatter = 16384;
 // Up to this many tuples, the row numbers live on the stack (no heap allocation on a small call).
 constexpr int64_t kStackRows = 256;
 
@@ -342,7 +342,6 @@ struct Apply {
   const char* upd = nullptr;
   const int64_t* rows = nullptr;
   int64_t n = 0, n_rows = 0, row_bytes = 0, slice_len = 0;
-  int64_t applied = 0;  // the tuples not skipped (the portable path's count for its thresholds)
 };
 
 // Rows [lo, hi) of one part: its init copy, then every tuple landing there, in index order.
@@ -495,6 +494,8 @@ struct HalfConv {
   static float to(uint16_t h) { return torch::headeronly::detail::fp16_ieee_to_fp32_value(h); }
   static uint16_t from(float f) { return torch::headeronly::detail::fp16_ieee_from_fp32_value(f); }
 };
+// HalfConv's conversions, for the row loops of a CPU without F16C.
+struct NoF16c : HalfConv {};
 struct BF16Conv {
   static float to(uint16_t h) { return torch::headeronly::detail::f32_from_bits(h); }
   static uint16_t from(float f) { return torch::headeronly::detail::round_to_nearest_even(f); }
@@ -548,6 +549,172 @@ void apply_bool(const Apply& a, Reduction red) {
   return reduce_rows<uint8_t>(a, [](uint8_t x, uint8_t y) -> uint8_t { return x && y; });
 }
 
+// Rows of float16 / bfloat16 bits to float and back, element by element through C: loops the
+// compiler vectorizes (restrict pointers, local counts) where C's conversion is plain integer
+// arithmetic, as bfloat16's is.
+template <class C>
+struct RowConv {
+  static void load(float* __restrict acc, const uint16_t* __restrict d, int64_t n) {
+    for (int64_t i = 0; i < n; i++) acc[i] = C::to(d[i]);
+  }
+  template <bool kMulOp>
+  static void combine(float* __restrict acc, const uint16_t* __restrict s, int64_t n) {
+    if (kMulOp)
+      for (int64_t i = 0; i < n; i++) acc[i] *= C::to(s[i]);
+    else
+      for (int64_t i = 0; i < n; i++) acc[i] += C::to(s[i]);
+  }
+  static void store(uint16_t* __restrict d, const float* __restrict acc, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = C::from(acc[i]);
+  }
+};
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// float16 through the CPU's F16C conversions, 8 elements at a time, where it has them (every
+// AVX2 CPU): torch's portable conversions (HalfConv) are bit arithmetic the compiler does not
+// vectorize (M26 in docs/benchmarks.md, "Measured choices").  Bit for bit HalfConv: the
+// hardware's float16 -> float is exact and quiets a NaN as HalfConv's does, and a block with a
+// NaN to round back goes through HalfConv (the hardware keeps more of a NaN's payload).
+__attribute__((target("f16c,avx"))) void f16c_load(float* __restrict acc,
+                                                  const uint16_t* __restrict d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                  reinterpret_cast<const __m128i*>(d + i))));
+  for (; i < n; i++) acc[i] = HalfConv::to(d[i]);
+}
+
+template <bool kMulOp>
+__attribute__((target("f16c,avx"))) void f16c_combine(float* __restrict acc,
+                                                     const uint16_t* __restrict s, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    const __m256 x = _mm256_loadu_ps(acc + i);
+    _mm256_storeu_ps(acc + i, kMulOp ? _mm256_mul_ps(x, y) : _mm256_add_ps(x, y));
+  }
+  for (; i < n; i++) {
+    if (kMulOp)
+      acc[i] *= HalfConv::to(s[i]);
+    else
+      acc[i] += HalfConv::to(s[i]);
+  }
+}
+
+__attribute__((target("f16c,avx"))) void f16c_store(uint16_t* __restrict d,
+                                                   const float* __restrict acc, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(acc + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) == 0) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                       _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    } else {
+      for (int64_t j = i; j < i + 8; j++) d[j] = HalfConv::from(acc[j]);
+    }
+  }
+  for (; i < n; i++) d[i] = HalfConv::from(acc[i]);
+}
+
+// bfloat16 in AVX2, 8 elements at a time: the same integer arithmetic as BF16Conv (a shift
+// up; round to nearest even, a NaN to 0x7FC0), twice the width of the SSE the compiler picks.
+__attribute__((target("avx2"))) void bf16_load(float* __restrict acc,
+                                              const uint16_t* __restrict d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(d + i)));
+    _mm256_storeu_ps(acc + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+  }
+  for (; i < n; i++) acc[i] = BF16Conv::to(d[i]);
+}
+
+template <bool kMulOp>
+__attribute__((target("avx2"))) void bf16_combine(float* __restrict acc,
+                                                 const uint16_t* __restrict s, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 y = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))), 16));
+    const __m256 x = _mm256_loadu_ps(acc + i);
+    _mm256_storeu_ps(acc + i, kMulOp ? _mm256_mul_ps(x, y) : _mm256_add_ps(x, y));
+  }
+  for (; i < n; i++) {
+    if (kMulOp)
+      acc[i] *= BF16Conv::to(s[i]);
+    else
+      acc[i] += BF16Conv::to(s[i]);
+  }
+}
+
+__attribute__((target("avx2"))) void bf16_store(uint16_t* __restrict d,
+                                               const float* __restrict acc, int64_t n) {
+  int64_t i = 0;
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF),
+                qnan = _mm256_set1_epi32(0x7FC0);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(acc + i);
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), 16);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    r = _mm256_blendv_epi8(r, qnan, nan);
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_castsi256_si128(packed));
+  }
+  for (; i < n; i++) d[i] = BF16Conv::from(acc[i]);
+}
+
+bool has_avx2() {
+  static const bool yes = cpu_isa() >= Isa::Avx2;
+  return yes;
+}
+
+template <>
+struct RowConv<BF16Conv> {
+  static void load(float* __restrict acc, const uint16_t* __restrict d, int64_t n) {
+    if (has_avx2()) return bf16_load(acc, d, n);
+    for (int64_t i = 0; i < n; i++) acc[i] = BF16Conv::to(d[i]);
+  }
+  template <bool kMulOp>
+  static void combine(float* __restrict acc, const uint16_t* __restrict s, int64_t n) {
+    if (has_avx2()) return bf16_combine<kMulOp>(acc, s, n);
+    for (int64_t i = 0; i < n; i++) {
+      if (kMulOp)
+        acc[i] *= BF16Conv::to(s[i]);
+      else
+        acc[i] += BF16Conv::to(s[i]);
+    }
+  }
+  static void store(uint16_t* __restrict d, const float* __restrict acc, int64_t n) {
+    if (has_avx2()) return bf16_store(d, acc, n);
+    for (int64_t i = 0; i < n; i++) d[i] = BF16Conv::from(acc[i]);
+  }
+};
+
+bool has_f16c() {
+  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return yes;
+}
+
+template <>
+struct RowConv<HalfConv> {
+  static void load(float* __restrict acc, const uint16_t* __restrict d, int64_t n) {
+    if (has_f16c()) return f16c_load(acc, d, n);
+    RowConv<NoF16c>::load(acc, d, n);
+  }
+  template <bool kMulOp>
+  static void combine(float* __restrict acc, const uint16_t* __restrict s, int64_t n) {
+    if (has_f16c()) return f16c_combine<kMulOp>(acc, s, n);
+    RowConv<NoF16c>::template combine<kMulOp>(acc, s, n);
+  }
+  static void store(uint16_t* __restrict d, const float* __restrict acc, int64_t n) {
+    if (has_f16c()) return f16c_store(d, acc, n);
+    RowConv<NoF16c>::store(d, acc, n);
+  }
+};
+#endif
+
 // float16 / bfloat16 accumulated in float and rounded once per element (index_add_ and
 // scatter_reduce_ "prod" on the CPU): the tuples are grouped by row (a sort of (row, tuple), so
 // each row's updates stay in index order), each group summed (multiplied) into a float copy of
@@ -571,34 +738,29 @@ void apply_in_float(const Apply& a) {
   const uint16_t* upd = reinterpret_cast<const uint16_t*>(a.upd);
   // A part takes the groups that start in its range.
   parallel_parts(m, std::min<int>(parts, static_cast<int>(std::max<int64_t>(m, 1))),
-                 [&, len](int64_t b, int64_t e, int part) {
+                 [&](int64_t b, int64_t e, int part) {
+    // locals and restrict pointers: with -fno-strict-aliasing a float store could otherwise
+    // alias a captured count, which is then reloaded every element and keeps the loops scalar
+    const int64_t n_el = len;
     while (b > 0 && b < m && order[b].first == order[b - 1].first) b++;
     while (e > 0 && e < m && order[e].first == order[e - 1].first) e++;
-    float* acc = scratch.data() + part * len;
+    float* __restrict acc = scratch.data() + part * n_el;
     for (int64_t p = b; p < e;) {
       const int64_t row = order[p].first;
-      uint16_t* d = dst + row * len;
-      for (int64_t i = 0; i < len; i++) acc[i] = C::to(d[i]);
-      for (; p < e && order[p].first == row; p++) {
-        const uint16_t* s = upd + order[p].second * len;
-        if (kMulOp)
-          for (int64_t i = 0; i < len; i++) acc[i] *= C::to(s[i]);
-        else
-          for (int64_t i = 0; i < len; i++) acc[i] += C::to(s[i]);
-      }
-      for (int64_t i = 0; i < len; i++) d[i] = C::from(acc[i]);
+      uint16_t* __restrict d = dst + row * n_el;
+      RowConv<C>::load(acc, d, n_el);
+      for (; p < e && order[p].first == row; p++)
+        RowConv<C>::template combine<kMulOp>(acc, upd + order[p].second * n_el, n_el);
+      RowConv<C>::store(d, acc, n_el);
     }
   });
 }
 
-// float16 / bfloat16: a small add rounds after every add (index_put_'s accumulation).
+// float16 / bfloat16: add and mul accumulate in float, rounded once per element.
 template <class C>
 void apply_half(const Apply& a, Reduction red) {
   switch (red) {
-    case kAdd:
-      if (a.applied * a.slice_len > kSmallScatter) return apply_in_float<C, false>(a);
-      return reduce_rows<uint16_t>(
-          a, [](uint16_t x, uint16_t y) { return C::from(C::to(x) + C::to(y)); });
+    case kAdd: return apply_in_float<C, false>(a);
     case kMul: return apply_in_float<C, true>(a);
     case kMax: return extremum<uint16_t, true, C>(a);
     default: return extremum<uint16_t, false, C>(a);
@@ -763,14 +925,9 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
       if (n >= (int64_t(1) << 18)) hugepage_hint(rp.rows, n * int64_t(8));
     }
   }
-  int64_t applied = n;
   if (const int64_t bad = run_rows(rp, n); bad != kNoError) {
     if (check) raise_bad_index(call, idx, rp.kind, bad);
-    if (moves) {  // check_indices=False: the bad tuples are skipped
-      run_rows_skipping(rp, n);
-      applied = 0;
-      for (int64_t t = 0; t < n; t++) applied += rp.rows[t] >= 0;
-    }
+    if (moves) run_rows_skipping(rp, n);  // check_indices=False: the bad tuples are skipped
   }
   if (target_name) mark_written(call.op, target_name, dst);
   if (!moves) return;
@@ -779,7 +936,6 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
   a.upd = static_cast<const char*>(upd.data_ptr());
   a.rows = rp.rows;
   a.n = n;
-  a.applied = applied;
   a.slice_len = p.slice_len;
   a.row_bytes = p.slice_len * p.es;
   if (!dst.is_contiguous()) return apply_strided(a, p, red, dst, source);

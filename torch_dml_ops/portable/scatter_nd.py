@@ -14,6 +14,7 @@ from ._common import (MOVE_AS, SIGN_BIT_64, as_movable, check_and_wrap_plan, fli
                       torch_checks_bounds)
 
 _REDUCE_OP = {"mul": "prod", "max": "amax", "min": "amin"}
+HALF_FLOATS = (torch.float16, torch.bfloat16)
 # max/min compare values, so an unsigned type cannot be moved as its signed twin: widen instead.
 _WIDEN = {torch.uint16: torch.int32, torch.uint32: torch.int64}
 
@@ -184,9 +185,12 @@ def _scatter_checked(dst: torch.Tensor, indices: torch.Tensor, updates: torch.Te
     if 0 in sizes:
         report_bad_index(op, indices, idx2, sizes, signed, lay.dim_names(dst.dim()))
     rows, slice_len = lay.rows, lay.slice_len      # no batch dims in a scatter: rows = prod(sizes)
-    # (CPU only: CUDA's index_put_ keeps any duplicate, even mixing rows, and adds in any order)
+    # (CPU only: CUDA's index_put_ keeps any duplicate, even mixing rows, and adds in any order;
+    # not for a float16/bfloat16 add: index_put_ rounds after every add, where the one rule is
+    # a float32 sum in index order rounded once, index_add_'s)
     small = (n_tuples * slice_len <= SMALL_SCATTER
-             and (reduction == "add" or (reduction == "none" and n_tuples == 1))
+             and ((reduction == "add" and dst.dtype not in HALF_FLOATS)
+                  or (reduction == "none" and n_tuples == 1))
              and dst.dtype != torch.bool and torch_checks_bounds(dst))
     if small:
         # index_put_ checks each dimension (unless nothing moves)
@@ -291,18 +295,20 @@ def _reduce_rows(dst, lin, updates, lay, reduction, deterministic, keep=None, ro
                and not torch_checks_bounds(work2d) and _deterministic(deterministic))
     if reduction == "none":
         scatter_overwrite_rows(work2d, lin, upd, deterministic)
-    elif ordered and reduction == "add" and upd.element_size() == 2 and (
-            n_tuples if keep is None else int(keep.sum())) * slice_len > SMALL_SCATTER:
-        # the CPU rounds a float16/bfloat16 sum per add up to SMALL_SCATTER elements
-        # (index_put_), else once (index_add_ accumulates in float32), counting the tuples in
-        # range (it skips the others before it chooses)
+    elif reduction == "add" and upd.dtype in HALF_FLOATS and not torch_checks_bounds(work2d):
+        # float16/bfloat16 sums in float32, rounded once per element (the CPU's index_add_
+        # with int64 indices, whatever the number of updates): in index order in deterministic
+        # mode, else in the atomics' order (CUDA's half-precision atomics would round per add)
         wide = work2d.float()
-        ordered_rows(wide, lin, upd.float(), torch.add)
+        if ordered:
+            ordered_rows(wide, lin, upd.float(), torch.add)
+        else:
+            wide.index_add_(0, lin, upd.float())
         work2d.copy_(wide)
     elif ordered:
         ordered_rows(work2d, lin, upd, _ORDERED_STEP[reduction])
     elif reduction == "add":
-        work2d.index_add_(0, lin, upd)
+        work2d.index_add_(0, lin, upd)     # (float16/bfloat16 on the CPU: summed in float32)
     else:
         work2d.scatter_reduce_(0, lin.unsqueeze(1).expand(n_tuples, slice_len), upd,
                                _REDUCE_OP[reduction], include_self=True)
