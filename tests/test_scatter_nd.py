@@ -718,3 +718,48 @@ def test_half_add_rounds_once_whatever_the_number_of_updates(any_backend, dev, d
     for t in range(5):
         acc[i[t, 0]] += u[t].float()
     assert torch.equal(small.cpu().view(torch.int16), acc.to(dtype).view(torch.int16))
+
+
+_HALF_SCRIPT = r"""
+import sys, torch, torch_dml_ops as tdo
+torch.manual_seed(0)
+out = []
+for dt in (torch.float16, torch.bfloat16):
+    for L in (3, 8, 37, 64):
+        x = (torch.randn(64, L) * torch.randint(-30, 30, (64, L)).float().exp2()).to(dt)
+        u = (torch.randn(500, L) * torch.randint(-30, 30, (500, L)).float().exp2()).to(dt)
+        flat = u.view(-1)
+        flat[torch.rand(flat.shape) < 0.002] = float("nan")
+        flat[torch.rand(flat.shape) < 0.002] = float("inf")
+        i = torch.randint(0, 64, (500, 1))
+        for red in ("add", "mul"):
+            out.append(tdo.scatter_nd(x, i, u, reduction=red).view(torch.int16))
+torch.save(out, sys.argv[1])
+print(torch.ops.torch_dml_ops._cpu_isa())
+"""
+
+
+def test_half_sums_bit_identical_on_every_simd_path(tmp_path):
+    """float16/bfloat16 add and mul through each conversion path the CPU offers (F16C and AVX2
+    rows, the scalar ones under TORCH_DML_OPS_CPU_ISA=scalar), specials and odd widths
+    included: the same bits."""
+    import os
+    import subprocess
+    import sys
+    from conftest import NATIVE_OK
+    if not NATIVE_OK:
+        pytest.skip("the C++ extension is not built")
+    results = {}
+    for isa in ("scalar", None):
+        env = {k: v for k, v in os.environ.items() if k != "TORCH_DML_OPS_CPU_ISA"}
+        if isa:
+            env["TORCH_DML_OPS_CPU_ISA"] = isa
+        path = tmp_path / f"{isa}.pt"
+        res = subprocess.run([sys.executable, "-c", _HALF_SCRIPT, str(path)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        results[res.stdout.strip().splitlines()[-1]] = torch.load(path)
+    assert "scalar" in results and len(results) == 2 or results.keys() == {"scalar"}
+    first, *rest = results.values()
+    for other in rest:
+        assert all(torch.equal(a, b) for a, b in zip(first, other))

@@ -692,8 +692,9 @@ struct RowConv<BF16Conv> {
   }
 };
 
+// (cpu_isa: TORCH_DML_OPS_CPU_ISA=scalar caps it, so the tests run the portable conversions)
 bool has_f16c() {
-  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  static const bool yes = cpu_isa() >= Isa::Avx2 && __builtin_cpu_supports("f16c");
   return yes;
 }
 
