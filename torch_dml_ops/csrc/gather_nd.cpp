@@ -442,6 +442,11 @@ void gather_strided(const Gather& g, int64_t begin, int64_t end,
   }
 }
 
+// The byte offset of batch b's first element.
+TDO_INLINE int64_t batch_base(const Gather& g, int64_t b) {
+  return g.batch_offs ? g.batch_offs[b] : b * g.batch_stride;
+}
+
 // Any other layout: each slice through its runs (general_geometry).
 template <int Kind>
 void gather_general(const Gather& g, int64_t begin, int64_t end,
@@ -452,7 +457,7 @@ void gather_general(const Gather& g, int64_t begin, int64_t end,
     int64_t bad_col = 0;
     const int64_t off =
         tuple_offset<Kind>(g.idx, t, g.k, g.sizes, g.strides.data(),
-                           g.batch_offs ? g.batch_offs[b] : b * g.batch_stride, bad_col);
+                           batch_base(g, b), bad_col);
     if (off < 0) {
       record_error(first_bad, t * g.k + bad_col);
       return;
@@ -510,7 +515,7 @@ void gather_skipping(const Gather& g, int64_t begin, int64_t end) {
     int64_t bad_col = 0;
     const int64_t off =
         tuple_offset<Kind>(g.idx, t, g.k, g.sizes, g.strides.data(),
-                           g.batch_offs ? g.batch_offs[b] : b * g.batch_stride, bad_col);
+                           batch_base(g, b), bad_col);
     char* dst = g.out + t * rb;
     if (off < 0) {
       std::memset(dst, 0, static_cast<size_t>(rb));

@@ -494,8 +494,6 @@ struct HalfConv {
   static float to(uint16_t h) { return torch::headeronly::detail::fp16_ieee_to_fp32_value(h); }
   static uint16_t from(float f) { return torch::headeronly::detail::fp16_ieee_from_fp32_value(f); }
 };
-// HalfConv's conversions, for the row loops of a CPU without F16C.
-struct NoF16c : HalfConv {};
 struct BF16Conv {
   static float to(uint16_t h) { return torch::headeronly::detail::f32_from_bits(h); }
   static uint16_t from(float f) { return torch::headeronly::detail::round_to_nearest_even(f); }
@@ -570,150 +568,104 @@ struct RowConv {
 };
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// float16 through the CPU's F16C conversions, 8 elements at a time, where it has them (every
-// AVX2 CPU): torch's portable conversions (HalfConv) are bit arithmetic the compiler does not
-// vectorize (M26 in docs/benchmarks.md, "Measured choices").  Bit for bit HalfConv: the
-// hardware's float16 -> float is exact and quiets a NaN as HalfConv's does, and a block with a
-// NaN to round back goes through HalfConv (the hardware keeps more of a NaN's payload).
-__attribute__((target("f16c,avx"))) void f16c_load(float* __restrict acc,
-                                                  const uint16_t* __restrict d, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm_loadu_si128(
-                                  reinterpret_cast<const __m128i*>(d + i))));
-  for (; i < n; i++) acc[i] = HalfConv::to(d[i]);
-}
-
-template <bool kMulOp>
-__attribute__((target("f16c,avx"))) void f16c_combine(float* __restrict acc,
-                                                     const uint16_t* __restrict s, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
-    const __m256 x = _mm256_loadu_ps(acc + i);
-    _mm256_storeu_ps(acc + i, kMulOp ? _mm256_mul_ps(x, y) : _mm256_add_ps(x, y));
+// float16 and bfloat16 rows 8 elements at a time on AVX2 CPUs (all of which have F16C), the
+// tails and a CPU without AVX2 through RowConv (M26 in docs/benchmarks.md, "Measured
+// choices": torch's portable float16 conversions are bit arithmetic the compiler does not
+// vectorize).  Bit for bit the scalar conversions: F16C's float16 -> float is exact and quiets a
+// NaN as HalfConv does, bfloat16 is BF16Conv's integer arithmetic (a shift up; round to nearest
+// even, a NaN to 0x7FC0), and a float16 block with a NaN to round back goes through HalfConv
+// (the hardware keeps more of a NaN's payload).
+struct Wide16 {  // float16: F16C
+  using Scalar = HalfConv;
+  __attribute__((target("avx2,f16c"))) static __m256 load8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
-  for (; i < n; i++) {
-    if (kMulOp)
-      acc[i] *= HalfConv::to(s[i]);
-    else
-      acc[i] += HalfConv::to(s[i]);
+  // false: the block holds a NaN (the caller rounds it element by element)
+  __attribute__((target("avx2,f16c"))) static bool store8(uint16_t* p, __m256 v) {
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) return false;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return true;
   }
-}
-
-__attribute__((target("f16c,avx"))) void f16c_store(uint16_t* __restrict d,
-                                                   const float* __restrict acc, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(acc + i);
-    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) == 0) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
-                       _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    } else {
-      for (int64_t j = i; j < i + 8; j++) d[j] = HalfConv::from(acc[j]);
-    }
+};
+struct WideBF16 {  // bfloat16: AVX2 integer arithmetic
+  using Scalar = BF16Conv;
+  __attribute__((target("avx2,f16c"))) static __m256 load8(const uint16_t* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
-  for (; i < n; i++) d[i] = HalfConv::from(acc[i]);
-}
-
-// bfloat16 in AVX2, 8 elements at a time: the same integer arithmetic as BF16Conv (a shift
-// up; round to nearest even, a NaN to 0x7FC0), twice the width of the SSE the compiler picks.
-__attribute__((target("avx2"))) void bf16_load(float* __restrict acc,
-                                              const uint16_t* __restrict d, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(d + i)));
-    _mm256_storeu_ps(acc + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-  }
-  for (; i < n; i++) acc[i] = BF16Conv::to(d[i]);
-}
-
-template <bool kMulOp>
-__attribute__((target("avx2"))) void bf16_combine(float* __restrict acc,
-                                                 const uint16_t* __restrict s, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 y = _mm256_castsi256_ps(_mm256_slli_epi32(
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))), 16));
-    const __m256 x = _mm256_loadu_ps(acc + i);
-    _mm256_storeu_ps(acc + i, kMulOp ? _mm256_mul_ps(x, y) : _mm256_add_ps(x, y));
-  }
-  for (; i < n; i++) {
-    if (kMulOp)
-      acc[i] *= BF16Conv::to(s[i]);
-    else
-      acc[i] += BF16Conv::to(s[i]);
-  }
-}
-
-__attribute__((target("avx2"))) void bf16_store(uint16_t* __restrict d,
-                                               const float* __restrict acc, int64_t n) {
-  int64_t i = 0;
-  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF),
-                qnan = _mm256_set1_epi32(0x7FC0);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(acc + i);
+  __attribute__((target("avx2,f16c"))) static bool store8(uint16_t* p, __m256 v) {
     const __m256i u = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), 16);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)), 16);
     const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    r = _mm256_blendv_epi8(r, qnan, nan);
+    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), nan);
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_castsi256_si128(packed));
-  }
-  for (; i < n; i++) d[i] = BF16Conv::from(acc[i]);
-}
-
-bool has_avx2() {
-  static const bool yes = cpu_isa() >= Isa::Avx2;
-  return yes;
-}
-
-template <>
-struct RowConv<BF16Conv> {
-  static void load(float* __restrict acc, const uint16_t* __restrict d, int64_t n) {
-    if (has_avx2()) return bf16_load(acc, d, n);
-    for (int64_t i = 0; i < n; i++) acc[i] = BF16Conv::to(d[i]);
-  }
-  template <bool kMulOp>
-  static void combine(float* __restrict acc, const uint16_t* __restrict s, int64_t n) {
-    if (has_avx2()) return bf16_combine<kMulOp>(acc, s, n);
-    for (int64_t i = 0; i < n; i++) {
-      if (kMulOp)
-        acc[i] *= BF16Conv::to(s[i]);
-      else
-        acc[i] += BF16Conv::to(s[i]);
-    }
-  }
-  static void store(uint16_t* __restrict d, const float* __restrict acc, int64_t n) {
-    if (has_avx2()) return bf16_store(d, acc, n);
-    for (int64_t i = 0; i < n; i++) d[i] = BF16Conv::from(acc[i]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+    return true;
   }
 };
 
-// (cpu_isa: TORCH_DML_OPS_CPU_ISA=scalar caps it, so the tests run the portable conversions)
-bool has_f16c() {
+template <class W>
+__attribute__((target("avx2,f16c"))) void wide_load(float* __restrict acc,
+                                                   const uint16_t* __restrict d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, W::load8(d + i));
+  RowConv<typename W::Scalar>::load(acc + i, d + i, n - i);
+}
+
+template <class W, bool kMulOp>
+__attribute__((target("avx2,f16c"))) void wide_combine(float* __restrict acc,
+                                                      const uint16_t* __restrict s, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(acc + i), y = W::load8(s + i);
+    _mm256_storeu_ps(acc + i, kMulOp ? _mm256_mul_ps(x, y) : _mm256_add_ps(x, y));
+  }
+  RowConv<typename W::Scalar>::template combine<kMulOp>(acc + i, s + i, n - i);
+}
+
+template <class W>
+__attribute__((target("avx2,f16c"))) void wide_store(uint16_t* __restrict d,
+                                                    const float* __restrict acc, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    if (!W::store8(d + i, _mm256_loadu_ps(acc + i)))
+      RowConv<typename W::Scalar>::store(d + i, acc + i, 8);
+  RowConv<typename W::Scalar>::store(d + i, acc + i, n - i);
+}
+
+// (cpu_isa: TORCH_DML_OPS_CPU_ISA=scalar caps it, so the tests run the scalar conversions)
+bool has_wide_rows() {
   static const bool yes = cpu_isa() >= Isa::Avx2 && __builtin_cpu_supports("f16c");
   return yes;
 }
 
-template <>
-struct RowConv<HalfConv> {
-  static void load(float* __restrict acc, const uint16_t* __restrict d, int64_t n) {
-    if (has_f16c()) return f16c_load(acc, d, n);
-    RowConv<NoF16c>::load(acc, d, n);
+// The row functions apply_in_float calls: the wide ones where the CPU has them.
+template <class C, class W>
+struct WideRows {
+  static void load(float* acc, const uint16_t* d, int64_t n) {
+    has_wide_rows() ? wide_load<W>(acc, d, n) : RowConv<C>::load(acc, d, n);
   }
   template <bool kMulOp>
-  static void combine(float* __restrict acc, const uint16_t* __restrict s, int64_t n) {
-    if (has_f16c()) return f16c_combine<kMulOp>(acc, s, n);
-    RowConv<NoF16c>::template combine<kMulOp>(acc, s, n);
+  static void combine(float* acc, const uint16_t* s, int64_t n) {
+    has_wide_rows() ? wide_combine<W, kMulOp>(acc, s, n)
+                    : RowConv<C>::template combine<kMulOp>(acc, s, n);
   }
-  static void store(uint16_t* __restrict d, const float* __restrict acc, int64_t n) {
-    if (has_f16c()) return f16c_store(d, acc, n);
-    RowConv<NoF16c>::store(d, acc, n);
+  static void store(uint16_t* d, const float* acc, int64_t n) {
+    has_wide_rows() ? wide_store<W>(d, acc, n) : RowConv<C>::store(d, acc, n);
   }
 };
+template <class C>
+struct Rows : RowConv<C> {};
+template <>
+struct Rows<HalfConv> : WideRows<HalfConv, Wide16> {};
+template <>
+struct Rows<BF16Conv> : WideRows<BF16Conv, WideBF16> {};
+#else
+template <class C>
+struct Rows : RowConv<C> {};
 #endif
 
 // float16 / bfloat16 accumulated in float and rounded once per element (index_add_ and
@@ -749,10 +701,10 @@ void apply_in_float(const Apply& a) {
     for (int64_t p = b; p < e;) {
       const int64_t row = order[p].first;
       uint16_t* __restrict d = dst + row * n_el;
-      RowConv<C>::load(acc, d, n_el);
+      Rows<C>::load(acc, d, n_el);
       for (; p < e && order[p].first == row; p++)
-        RowConv<C>::template combine<kMulOp>(acc, upd + order[p].second * n_el, n_el);
-      RowConv<C>::store(d, acc, n_el);
+        Rows<C>::template combine<kMulOp>(acc, upd + order[p].second * n_el, n_el);
+      Rows<C>::store(d, acc, n_el);
     }
   });
 }

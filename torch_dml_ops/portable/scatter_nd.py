@@ -358,7 +358,6 @@ class AddressedRows:
             rest = rest // size
         self.coords = tuple(reversed(coords))
         self.view = bits_view(view)
-        self.dtype = view.dtype
         self.local = local
         self.compact = self.view[self.coords].contiguous().view(view.dtype)
 
