@@ -368,3 +368,179 @@ def test_a_newer_opset_keeps_the_meaning():
     args = (torch.randn(4, 5), torch.tensor([[1], [3], [1]]), torch.randn(3, 5))
     program = _check(M(), args, opset=20)
     assert [o.version for o in program.model_proto.opset_import if o.domain == ""] == [20]
+
+
+# writes into views (torch_dml_ops/onnx/_views.py) ----------------------------------------------
+
+from torch_dml_ops.onnx import _views  # noqa: E402
+
+#: View chains over a [4, 3, 5, 6, 2] base (steps in the order a model applies them), each with
+#: the tuple size k used on the view and whether the rewrite takes it (False: a row dimension
+#: moves or shrinks, so the tuples do not address the base's whole rows).
+_CHAINS = [
+    ([("select", (0, 2))], 3, True),                                    # cache[l]
+    ([("select", (1, -1))], 2, True),                                   # cache[:, -1]
+    ([("slice", (0, 1, 4, 2))], 2, True),                               # cache[1:4:2]
+    ([("narrow", (1, 1, 2)), ("select", (0, 3))], 2, True),
+    ([("select", (0, 1)), ("slice", (1, None, None, 2)), ("transpose", (0, 1))], 2, True),
+    ([("permute", (2, 0, 1, 3, 4)), ("select", (1, 0))], 2, True),
+    ([("slice", (0, -3, None, 1)), ("select", (2, 4))], 2, True),       # the fixed dim after k
+    ([("select", (0, 1))], 0, True),                                    # tuples of size 0
+    ([("select", (0, 1))], 4, True),                                    # element tuples
+    ([("select", (-1, 1))], 3, False),                                  # a row dimension fixed
+    ([("slice", (3, 0, 4, 1))], 2, False),                              # a row dimension sliced
+    ([("transpose", (2, 4))], 2, False),                                # a row dimension moved
+]
+
+
+def _apply(x, steps):
+    for kind, a in steps:
+        if kind == "select":
+            x = x.select(*a)
+        elif kind == "slice":
+            d, start, end, step = a
+            x = x[(slice(None),) * (d % x.dim()) + (slice(start, end, step),)]
+        elif kind == "narrow":
+            x = x.narrow(*a)
+        elif kind == "permute":
+            x = x.permute(*a)
+        else:
+            x = x.transpose(*a)
+    return x
+
+
+@pytest.mark.parametrize("case", range(len(_CHAINS)))
+def test_view_tuples_address_the_same_rows_of_the_base(case):
+    """The oracle is eager itself: the base's tuples read and write exactly what the view's do,
+    negative coordinates included (no export: _views.base_tuples is torch code)."""
+    steps, k, taken = _CHAINS[case]
+    g = torch.Generator().manual_seed(case)
+    base = torch.randn(4, 3, 5, 6, 2, generator=g)
+    view = _apply(base, steps)
+    assert (_views._plan(base.dim(), steps, k) is not None) == taken
+    if not taken:
+        return
+    sizes = view.shape[:k]
+    n = 7
+    idx = torch.stack([torch.randint(-s, s, (n,), generator=g) for s in sizes], -1) if k else \
+        torch.zeros(n, 0, dtype=torch.int64)
+    mapped = _views.base_tuples(base, idx.to(torch.int32), steps)
+    assert mapped.dtype == torch.int64 and mapped.shape[-1] == base.dim() - (view.dim() - k)
+    if k:                                                 # gather_nd needs a tuple size >= 1
+        assert torch.equal(tdo.gather_nd(base, mapped), tdo.gather_nd(view, idx))
+    u = torch.randn((n,) + view.shape[k:], generator=g)
+    want = base.clone()
+    tdo.scatter_nd_(_apply(want, steps), idx, u, reduction="add")
+    got = base.clone()
+    tdo.scatter_nd_(got, mapped, u, reduction="add")
+    assert torch.equal(got, want)
+
+
+def test_writes_into_views_export_as_scatter_nd_on_the_base():
+    """Per-layer writes (cache[l], unbind, cache[:, l], strided slices, a transposed view of
+    tuple dimensions) and a gather from a view: no ScatterElements, consecutive writes into one
+    tensor merged into one ScatterND, and equal to eager bit for bit with duplicates across and
+    within calls (the later call wins, sums in call order)."""
+    class M(torch.nn.Module):
+        def forward(self, kc, vc, cc, pos, k, v):
+            for layer in range(kc.shape[0]):
+                tdo.scatter_nd_(kc[layer], pos, k[layer])
+                tdo.scatter_nd_(vc[:, layer], pos, v[layer])
+            for layer in cc:                               # unbind: the add writes merge
+                tdo.scatter_nd_(layer, pos[:, 1:], k[0], reduction="add")
+            tdo.scatter_nd_(cc[1:3].transpose(0, 1)[::2], torch.tensor([[0, -1, 2]]), v[1, :1],
+                            reduction="add")
+            seen = tdo.gather_nd(kc[1], -pos - 1)          # reads kc: writes after it stay apart
+            tdo.scatter_nd_(kc[0], pos[:1], seen[:1] * 2)
+            return kc, vc, cc, seen
+
+    g = torch.Generator().manual_seed(3)
+    L, B, H, P, D = 3, 2, 2, 5, 4
+    kc, cc = torch.randn(L, B, H, P, D, generator=g), torch.randn(L, H, P, D, generator=g)
+    vc = torch.randn(B, L, H, P, D, generator=g)
+    pos = torch.tensor([[0, 1, 4], [1, 0, -1], [0, 1, 4]])           # a duplicate tuple
+    k, v = torch.randn(L, 3, D, generator=g), torch.randn(L, 3, D, generator=g)
+    program = _check(M(), (kc, vc, cc, pos, k, v))
+    ops = [n.op_type for n in program.model_proto.graph.node]
+    assert "ScatterElements" not in ops, ops
+    # kc: the 3 layer writes as one, then the write after the read; vc: one; cc: the unbind's
+    # add writes and the transposed view's add write as one.
+    assert ops.count("ScatterND") == 4, ops
+
+
+def test_a_write_between_reads_of_its_view_keeps_its_place():
+    """A view taken before a write and read after it sees the write, a write after the read does
+    not reach it: the merge must not move either write past the read."""
+    class M(torch.nn.Module):
+        def forward(self, c, u):
+            row = c[0]
+            tdo.scatter_nd_(c[0], torch.tensor([[1]]), u)
+            seen = row * 2
+            tdo.scatter_nd_(c[0], torch.tensor([[1]]), u + 1)
+            tdo.scatter_nd_(c, torch.tensor([[0, 2]]), u - 1)
+            return c, seen
+
+    _check(M(), (torch.randn(2, 3, 4), torch.randn(1, 4)))
+
+
+def test_an_index_out_of_a_sliced_view_stays_refused():
+    """cache[2:4] has 2 positions: index 2 is out of range there though 4 is in the base."""
+    class M(torch.nn.Module):
+        def forward(self, c, i, u):
+            tdo.scatter_nd_(c[2:4], i, u)
+            return c
+
+    args = (torch.zeros(6, 3), torch.tensor([[1]]), torch.ones(1, 3))
+    program = _check(M(), args)
+    assert "ScatterElements" not in _ops(program)
+    with pytest.raises(IndexError):
+        M()(args[0].clone(), torch.tensor([[2]]), args[2])
+    session = ort.InferenceSession(program.model_proto.SerializeToString())
+    for bad in (2, -3):
+        with pytest.raises(Exception, match="(?i)invalid|out of|bound"):
+            session.run(None, {"c": args[0].numpy(), "i": np.array([[bad]]),
+                               "u": args[2].numpy()})
+
+
+def test_views_benchmark_agrees(capsys):
+    """``python -m torch_dml_ops.onnx --views`` at a toy size: every export agrees with eager,
+    and only the view replay has ScatterElements."""
+    from torch_dml_ops.onnx.__main__ import views
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert views(layers=3, heads=2, length=6, dim=4, repeat=1)
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert len(lines) == 4 and "DIFFERS" not in "".join(lines)
+    assert "6 ScatterElements" in lines[0] and all("0 ScatterElements" in x for x in lines[1:])
+    assert "2 ScatterND" in lines[1] and "2 ScatterND" in lines[2]
+
+
+def test_writes_into_dynamic_slices_export_on_the_base():
+    """Slices and narrows with symbolic bounds (a dynamic length): still ScatterND/GatherND on
+    the base, at the export shape and another."""
+    class M(torch.nn.Module):
+        def forward(self, kc, pos, k, x):
+            n = x.shape[0]
+            for layer in range(kc.shape[0]):
+                tdo.scatter_nd_(kc[layer, :, :n], pos, k[layer])
+            return kc, tdo.gather_nd(kc[1].narrow(1, 1, n - 1), pos)
+
+    def inputs(shape, n):
+        g = torch.Generator().manual_seed(n)
+        return (torch.randn(*shape, generator=g),
+                torch.tensor([[0, 1], [shape[1] - 1, -1], [1, -2]]),
+                torch.randn(2, 3, 4, generator=g), torch.zeros(n))
+
+    dims = ({1: torch.export.Dim("B", min=2), 2: torch.export.Dim("P", min=3)},
+            {0: torch.export.Dim("n")}, {1: torch.export.Dim("n")},
+            {0: torch.export.Dim("S", min=3, max=6)})
+    program = _export(M(), inputs((2, 3, 6, 4), 4), dynamic_shapes=dims)
+    ops = [n.op_type for n in program.model_proto.graph.node]
+    assert "ScatterElements" not in ops and ops.count("ScatterND") == 1, ops
+    session = ort.InferenceSession(program.model_proto.SerializeToString())
+    for shape, n in (((2, 3, 6, 4), 4), ((2, 5, 9, 4), 6)):
+        a = inputs(shape, n)
+        got = session.run(None, {s.name: t.numpy() for s, t in zip(session.get_inputs(), a)})
+        want = M()(*[t.clone() for t in a])
+        for gg, w in zip(got, want):
+            _same(_tensor(gg), w, f"shape {shape}")

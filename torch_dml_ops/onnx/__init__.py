@@ -18,6 +18,7 @@ Needs onnx, onnxscript and onnxruntime: ``pip install -e ".[onnx]"``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from typing import Any, Callable, Dict, Iterator, Optional
 
@@ -33,7 +34,7 @@ import torch
 
 from .. import _compat
 from .._errors import ConstraintError
-from . import _translations
+from . import _translations, _views
 from ._translations import OPSET, OnnxExportError
 
 __all__ = ["export", "translation_table", "exporting", "OnnxExportError", "OPSET"]
@@ -128,6 +129,37 @@ def _our_error(exc: Optional[BaseException]):
     return None
 
 
+def _on_bases(model, args, kwargs, dynamic_shapes):
+    """The model as an ExportedProgram whose writes into views are writes into their bases
+    (``_views.writes_on_bases``), or the model itself where torch.export's non-strict capture,
+    the exporter's first strategy, does not take it (the exporter then tries its others)."""
+    if isinstance(model, torch.export.ExportedProgram):
+        program = copy.deepcopy(model)
+    elif isinstance(model, torch.nn.Module):
+        try:
+            try:
+                program = torch.export.export(model, tuple(args), kwargs,
+                                              dynamic_shapes=dynamic_shapes, strict=False)
+            except ConstraintError:
+                raise
+            except Exception as e:
+                # As the exporter's own first strategy: refine the shapes as the error suggests
+                # (torch's UserError carries them in .msg), else let the exporter try its own.
+                if dynamic_shapes is None or not isinstance(getattr(e, "msg", None), str):
+                    raise
+                shapes = torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes(
+                    e.msg, dynamic_shapes)
+                program = torch.export.export(model, tuple(args), kwargs,
+                                              dynamic_shapes=shapes, strict=False)
+        except ConstraintError:
+            raise
+        except Exception:       # the exporter's own strategies report what fails
+            return model
+    else:
+        return model
+    return program if _views.writes_on_bases(program) else model
+
+
 def export(model, args=(), kwargs=None, *, dynamic_shapes=None, opset: int = OPSET,
            custom_translation_table=None, **export_kwargs: Any):
     """``torch.onnx.export(model, args, kwargs, dynamo=True, ...)`` with the ops' translations
@@ -141,6 +173,7 @@ def export(model, args=(), kwargs=None, *, dynamic_shapes=None, opset: int = OPS
     export_kwargs.setdefault("verbose", False)
     with exporting():
         try:
+            model = _on_bases(model, args, kwargs, dynamic_shapes)
             return torch.onnx.export(model, args, kwargs=kwargs, dynamo=True,
                                      dynamic_shapes=dynamic_shapes, opset_version=opset,
                                      custom_translation_table=table, **export_kwargs)

@@ -5,6 +5,11 @@ The step writes the new token's key/value into a KV cache in place (``scatter_nd
 transposed view of the cache), reorders the beams (``gather_nd``), and picks the next tokens with
 a stable top-k (``top_k1``).  The batch (beams) and the cache length are dynamic dimensions; the
 exported model is run at the export shape and at two others.
+
+``python -m torch_dml_ops.onnx --views``: time, in onnxruntime, a decode step's KV-cache writes into
+per-layer views (``scatter_nd_(cache[l], ...)``) exported by torch's exporter as written (view
+replay), by ``torch_dml_ops.onnx.export`` (ScatterND on the base, consecutive writes merged), as one
+write with (layer, batch, head, position) tuples, and with a read of each layer between the writes.
 """
 from __future__ import annotations
 
@@ -88,16 +93,114 @@ def demo(verbose: bool = True) -> bool:
     return ok
 
 
+def _cache_writes(layers: int, heads: int, dim: int, read_between: bool) -> torch.nn.Module:
+    class Step(torch.nn.Module):
+        def forward(self, kc, vc, pos, k, v):
+            tuples = torch.stack([torch.zeros(heads, dtype=torch.int64), torch.arange(heads),
+                                  pos.expand(heads)], -1)                 # (batch, head, pos)
+            seen = []
+            for layer in range(layers):
+                tdo.scatter_nd_(kc[layer], tuples, k[layer])
+                tdo.scatter_nd_(vc[layer], tuples, v[layer])
+                if read_between:
+                    seen.append(tdo.gather_nd(kc[layer], tuples))
+            return (kc, vc) + ((torch.stack(seen),) if read_between else ())
+    return Step()
+
+
+def _one_write(layers: int, heads: int, dim: int) -> torch.nn.Module:
+    class Step(torch.nn.Module):
+        def forward(self, kc, vc, pos, k, v):
+            n = layers * heads
+            tuples = torch.stack([torch.arange(layers).repeat_interleave(heads),
+                                  torch.zeros(n, dtype=torch.int64), torch.arange(heads).repeat(layers),
+                                  pos.expand(n)], -1)             # (layer, batch, head, pos)
+            tdo.scatter_nd_(kc, tuples, k.reshape(n, dim))
+            tdo.scatter_nd_(vc, tuples, v.reshape(n, dim))
+            return kc, vc
+    return Step()
+
+
+def views(layers: int = 32, heads: int = 8, length: int = 256, dim: int = 128,
+          repeat: int = 15, verbose: bool = True) -> bool:
+    """Median onnxruntime time per step of each export (see the module's docstring); returns
+    whether every export agrees with eager bit for bit."""
+    import statistics
+    import time
+    import warnings
+
+    import numpy as np
+    import onnxruntime as ort
+
+    from . import exporting, translation_table
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randn(layers, 1, heads, length, dim, generator=g),
+            torch.randn(layers, 1, heads, length, dim, generator=g),
+            torch.tensor([length // 3]), torch.randn(layers, heads, dim, generator=g),
+            torch.randn(layers, heads, dim, generator=g))
+
+    def torch_exporter(model):
+        with exporting():
+            return torch.onnx.export(model, args, dynamo=True, verbose=False,
+                                     custom_translation_table=translation_table())
+
+    cases = [("per-layer views, torch's exporter (view replay)",
+              _cache_writes(layers, heads, dim, False), torch_exporter),
+             ("per-layer views, torch_dml_ops.onnx.export",
+              _cache_writes(layers, heads, dim, False), lambda m: export(m, args)),
+             ("one write, (layer, batch, head, pos) tuples",
+              _one_write(layers, heads, dim), lambda m: export(m, args)),
+             ("per-layer views, a read of each layer between writes",
+              _cache_writes(layers, heads, dim, True), lambda m: export(m, args))]
+    ok = True
+    if verbose:
+        mib = args[0].numel() * 4 / 2**20
+        print(f"{layers} layers, 2 caches of {mib:.0f} MiB, {heads} heads, onnxruntime "
+              f"{ort.__version__}, median of {repeat} steps")
+    for name, model, make in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = make(model)
+        session = ort.InferenceSession(program.model_proto.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
+        got = session.run(None, feeds)
+        with torch.no_grad():
+            want = model(*[a.clone() for a in args])
+        agree = all(np.array_equal(x, w.numpy()) for x, w in zip(got, want))
+        ok &= agree
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            session.run(None, feeds)
+            times.append(time.perf_counter() - t0)
+        nodes = [n.op_type for n in program.model_proto.graph.node]
+        if verbose:
+            print(f"  {name}: {statistics.median(times) * 1e3:.2f} ms, "
+                  f"{nodes.count('ScatterND')} ScatterND, "
+                  f"{nodes.count('ScatterElements')} ScatterElements"
+                  f"{'' if agree else ', DIFFERS FROM eager'}")
+    return ok
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torch_dml_ops.onnx", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo", action="store_true",
                         help="export the decoder-step example and compare onnxruntime with eager")
+    parser.add_argument("--views", action="store_true",
+                        help="time a decode step's KV-cache writes into views in onnxruntime, "
+                             "exported four ways")
     args = parser.parse_args(argv)
-    if not args.demo:
+    if not (args.demo or args.views):
         parser.print_help()
         return 0
-    return 0 if demo() else 1
+    ok = True
+    if args.demo:
+        ok &= demo()
+    if args.views:
+        ok &= views()
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
