@@ -166,7 +166,9 @@ def export(model, args=(), kwargs=None, *, dynamic_shapes=None, opset: int = OPS
     and :func:`exporting` active; returns torch's ``ONNXProgram``.  A call that no ONNX graph
     computes exactly raises :class:`OnnxExportError`, and a DirectML constraint violated under
     ``torch_dml_ops.feature_level(...)`` raises its ``ConstraintError`` (not wrapped in torch's
-    exporter errors)."""
+    exporter errors).  Writes into (and gathers from) views of a tensor are exported as
+    ScatterND (GatherND) on the tensor itself, and consecutive writes into one tensor as one
+    ScatterND (``_views.py``, docs/onnx.md)."""
     table = translation_table(opset)
     if custom_translation_table:
         table.update(custom_translation_table)

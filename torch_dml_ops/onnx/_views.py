@@ -8,12 +8,14 @@ base whose tuples carry the view's fixed coordinates: ``(l, b, h, p)`` for the v
 
 :func:`writes_on_bases` rewrites an ``ExportedProgram`` (torch.export's graph, before
 functionalization) that way, for every ``scatter_nd_`` and ``gather_nd`` (``batch_dims=0``) whose
-target is reached from a tensor through views that only move the tuples' dimensions: ``select``,
-``slice`` (any start, end, step), ``narrow``, ``unbind`` and ``permute``/``transpose`` of tuple
-dimensions, in any chain.  A view coordinate ``v`` of a sliced dimension becomes ``arange(n)[slice][v]``
-in the graph (negative ``v`` counts from the view's end, as in eager; an out-of-range ``v`` stays out
-of range, so onnxruntime still refuses it).  Anything else (a view that moves a row dimension, the
-DML form, uint64 tuples, which int64 cannot hold) keeps torch's view replay: exact, and slower.
+target is reached from a tensor through views that only move the tuples' dimensions:
+``select``, ``slice`` (any start, end and step, symbolic bounds included), ``narrow``, ``unbind``
+and ``permute``/``transpose`` of tuple dimensions, in any chain.  A view coordinate ``v`` of a
+sliced dimension becomes ``arange(n)[slice][v]`` in the graph (negative ``v`` counts from the
+view's end, as in eager; an out-of-range ``v`` stays out of range, so onnxruntime still refuses
+it).  Then consecutive writes into one tensor become one (:func:`_merge`).  Anything else (a view
+that moves a row dimension, the DML form, uint64 tuples, which int64 cannot hold) keeps torch's
+view replay: exact, and slower.
 """
 from __future__ import annotations
 
