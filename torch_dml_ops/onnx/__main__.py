@@ -113,7 +113,8 @@ def _one_write(layers: int, heads: int, dim: int) -> torch.nn.Module:
         def forward(self, kc, vc, pos, k, v):
             n = layers * heads
             tuples = torch.stack([torch.arange(layers).repeat_interleave(heads),
-                                  torch.zeros(n, dtype=torch.int64), torch.arange(heads).repeat(layers),
+                                  torch.zeros(n, dtype=torch.int64),
+                                  torch.arange(heads).repeat(layers),
                                   pos.expand(n)], -1)             # (layer, batch, head, pos)
             tdo.scatter_nd_(kc, tuples, k.reshape(n, dim))
             tdo.scatter_nd_(vc, tuples, v.reshape(n, dim))
