@@ -390,6 +390,7 @@ _CHAINS = [
     ([("select", (-1, 1))], 3, False),                                  # a row dimension fixed
     ([("slice", (3, 0, 4, 1))], 2, False),                              # a row dimension sliced
     ([("transpose", (2, 4))], 2, False),                                # a row dimension moved
+    ([("permute", (0, 1, 2, 3, 4))], 0, False),                         # nothing to add
 ]
 
 
@@ -544,3 +545,21 @@ def test_writes_into_dynamic_slices_export_on_the_base():
         want = M()(*[t.clone() for t in a])
         for gg, w in zip(got, want):
             _same(_tensor(gg), w, f"shape {shape}")
+
+
+def test_a_write_does_not_move_past_a_change_of_its_updates():
+    """The first write's updates change between the two writes (an in-place op, and a write
+    into the tensor they are read from): merging would move the first write past the change."""
+    class M(torch.nn.Module):
+        def forward(self, c, d, u):
+            tdo.scatter_nd_(c[0], torch.tensor([[1]]), u)
+            u.mul_(3)
+            tdo.scatter_nd_(c[1], torch.tensor([[2]]), u)
+            tdo.scatter_nd_(c[0], torch.tensor([[0]]), d[0, :1])
+            tdo.scatter_nd_(d, torch.tensor([[0, 1]]), u - 1)
+            tdo.scatter_nd_(c[1], torch.tensor([[3]]), u + 1)
+            return c, d, u
+
+    args = (torch.randn(2, 4, 4), torch.randn(2, 3, 4), torch.randn(1, 4))
+    program = _check(M(), args)
+    assert "ScatterElements" not in _ops(program)

@@ -114,6 +114,8 @@ def _plan(rank: int, steps: Sequence[Step], k: int) -> Optional[List[Tuple[str, 
     if not 0 <= k <= n:
         return None
     width = k + len(fixed)
+    if width == 0:          # no coordinate to add: the view is the base (an identity permute)
+        return None
     # The rows: the view's dims from k on must be the base's dims from width on, untouched.
     if dims[k:] != list(range(width, rank)):
         return None
@@ -287,6 +289,27 @@ def _fresh(node: Any) -> bool:
             and all(r.alias_info is None for r in schema.returns))
 
 
+def _root(node: Any) -> Any:
+    """The tensor of its own that ``node`` is a view of (``node`` itself when it is one)."""
+    while isinstance(node, torch.fx.Node) and not _fresh(node) and node.all_input_nodes:
+        node = node.args[0] if isinstance(node.args[0], torch.fx.Node) else node.all_input_nodes[0]
+    return node
+
+
+def _mutated_roots(node: torch.fx.Node) -> List[Any]:
+    """The tensors (as :func:`_root`) that ``node`` writes into: its schema's written arguments."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or not isinstance(schema, torch.FunctionSchema):
+        return []
+    out = []
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(a.name)
+            if isinstance(value, torch.fx.Node):
+                out.append(_root(value))
+    return out
+
+
 def _tuple_size(indices: Any) -> Optional[int]:
     """The static tuple size of int64-castable tuples (not uint64), else None."""
     if not isinstance(indices, torch.fx.Node):
@@ -323,6 +346,15 @@ def _merge(gm: torch.fx.GraphModule) -> int:
         write = node.op == "call_function" and node.target is _ops.scatter_nd_.default
         for b in [b for b in open_group if node in derived[b]]:
             if not (write and node.args[0] is b):
+                del open_group[b]
+        # A write into a tensor that a pending write's tuples or updates are read from: the
+        # pending write cannot move past it.
+        for root in _mutated_roots(node):
+            if root not in derived:
+                derived[root] = _derived(root)
+            for b in [b for b, g in open_group.items() if b is not root and any(
+                    x is root or x in derived[root] for n in g
+                    for x in (_arg(n, schema, "indices"), _arg(n, schema, "updates")))]:
                 del open_group[b]
         if write:
             base = node.args[0]
