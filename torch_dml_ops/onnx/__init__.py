@@ -132,7 +132,8 @@ def _our_error(exc: Optional[BaseException]):
 def _on_bases(model, args, kwargs, dynamic_shapes):
     """The model as an ExportedProgram whose writes into views are writes into their bases
     (``_views.writes_on_bases``), or the model itself where torch.export's non-strict capture,
-    the exporter's first strategy, does not take it (the exporter then tries its others)."""
+    the exporter's first strategy, does not take it (the exporter then tries its others).  The
+    exporter takes the program as it is: one capture per export."""
     if isinstance(model, torch.export.ExportedProgram):
         program = copy.deepcopy(model)
     elif isinstance(model, torch.nn.Module):
@@ -157,7 +158,8 @@ def _on_bases(model, args, kwargs, dynamic_shapes):
             return model
     else:
         return model
-    return program if _views.writes_on_bases(program) else model
+    _views.writes_on_bases(program)
+    return program
 
 
 def export(model, args=(), kwargs=None, *, dynamic_shapes=None, opset: int = OPSET,
