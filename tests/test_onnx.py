@@ -563,3 +563,14 @@ def test_a_write_does_not_move_past_a_change_of_its_updates():
     args = (torch.randn(2, 4, 4), torch.randn(2, 3, 4), torch.randn(1, 4))
     program = _check(M(), args)
     assert "ScatterElements" not in _ops(program)
+
+
+def test_consecutive_writes_of_tuple_size_0_stay_apart():
+    """Tuples of size 0 (each update is the whole tensor) are left as written."""
+    class M(torch.nn.Module):
+        def forward(self, c, u):
+            tdo.scatter_nd_(c, torch.zeros(2, 0, dtype=torch.int64), u, reduction="add")
+            tdo.scatter_nd_(c, torch.zeros(1, 0, dtype=torch.int64), u[:1] * 2, reduction="add")
+            return c
+
+    _check(M(), (torch.randn(3, 2), torch.randn(2, 3, 2)))

@@ -362,7 +362,7 @@ def _merge(gm: torch.fx.GraphModule) -> int:
             indices, updates = _arg(node, schema, "indices"), _arg(node, schema, "updates")
             key = [_arg(node, schema, n) for n in _MERGE_KEYS] + [_tuple_size(indices)]
             mergeable = (_fresh(base) and key[1] is None and key[2] is None
-                         and key[3] == "permissive" and key[-1] is not None)
+                         and key[3] == "permissive" and key[-1] is not None and key[-1] > 0)
             if (group is not None and mergeable and group[0].meta["_tdo_key"] == key
                     and not _depends_on(indices, base) and not _depends_on(updates, base)):
                 group.append(node)
