@@ -574,3 +574,26 @@ def test_consecutive_writes_of_tuple_size_0_stay_apart():
             return c
 
     _check(M(), (torch.randn(3, 2), torch.randn(2, 3, 2)))
+
+
+@pytest.mark.parametrize("where", ["rewrite", "export"])
+def test_a_failing_rewrite_falls_back_to_the_model_as_written(monkeypatch, where):
+    """Should the rewrite fail (in itself, or the exporter on its program), the model exports as
+    written, with a warning that says so."""
+    def broken(*args, **kwargs):
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setattr(_views, "writes_on_bases" if where == "rewrite" else "base_tuples",
+                        broken)
+
+    class M(torch.nn.Module):
+        def forward(self, c, u):
+            tdo.scatter_nd_(c[1], torch.tensor([[2]]), u)
+            return c
+
+    args = (torch.randn(2, 4, 3), torch.randn(1, 3))
+    with pytest.warns(RuntimeWarning, match="rewrite of writes into views failed"):
+        program = tdo_onnx.export(M(), args)
+    got = _run(program, args)
+    _same(got[0], M()(*[a.clone() for a in args]), "fallback")
+    assert "ScatterElements" in _ops(program)          # torch's view replay

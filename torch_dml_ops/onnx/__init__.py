@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import warnings
 from typing import Any, Callable, Dict, Iterator, Optional
 
 try:
@@ -158,8 +159,19 @@ def _on_bases(model, args, kwargs, dynamic_shapes):
             return model
     else:
         return model
-    _views.writes_on_bases(program)
+    try:
+        _views.writes_on_bases(program)
+    except Exception as e:      # a graph the rewrite misreads: the exporter's own capture
+        _rewrite_failed(e)
+        return model
     return program
+
+
+def _rewrite_failed(exc: BaseException) -> None:
+    warnings.warn(
+        f"torch_dml_ops.onnx.export: the rewrite of writes into views failed ({exc!r}); the "
+        f"model is exported as written (torch's view replay: exact, slower in onnxruntime). "
+        f"Please report this with the model", RuntimeWarning, stacklevel=3)
 
 
 def export(model, args=(), kwargs=None, *, dynamic_shapes=None, opset: int = OPSET,
@@ -175,12 +187,21 @@ def export(model, args=(), kwargs=None, *, dynamic_shapes=None, opset: int = OPS
     if custom_translation_table:
         table.update(custom_translation_table)
     export_kwargs.setdefault("verbose", False)
+    def run(what):
+        return torch.onnx.export(what, args, kwargs=kwargs, dynamo=True,
+                                 dynamic_shapes=dynamic_shapes, opset_version=opset,
+                                 custom_translation_table=table, **export_kwargs)
+
     with exporting():
         try:
-            model = _on_bases(model, args, kwargs, dynamic_shapes)
-            return torch.onnx.export(model, args, kwargs=kwargs, dynamo=True,
-                                     dynamic_shapes=dynamic_shapes, opset_version=opset,
-                                     custom_translation_table=table, **export_kwargs)
+            program = _on_bases(model, args, kwargs, dynamic_shapes)
+            try:
+                return run(program)
+            except torch.onnx.errors.OnnxExporterError as e:
+                if program is model or _our_error(e) is not None:
+                    raise
+                _rewrite_failed(e)      # the rewritten program fails where the model may not
+                return run(model)
         except torch.onnx.errors.OnnxExporterError as e:
             ours = _our_error(e)
             if ours is None:
