@@ -130,29 +130,33 @@ def _our_error(exc: Optional[BaseException]):
     return None
 
 
+def _capture(model, args, kwargs, dynamic_shapes):
+    """``torch.export.export(strict=False)``, the exporter's own first strategy, refining the
+    dynamic shapes as an error suggests as it does (torch's UserError carries them in .msg)."""
+    try:
+        return torch.export.export(model, tuple(args), kwargs, dynamic_shapes=dynamic_shapes,
+                                   strict=False)
+    except ConstraintError:
+        raise
+    except Exception as e:
+        if dynamic_shapes is None or not isinstance(getattr(e, "msg", None), str):
+            raise
+        shapes = torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes(
+            e.msg, dynamic_shapes)
+        return torch.export.export(model, tuple(args), kwargs, dynamic_shapes=shapes,
+                                   strict=False)
+
+
 def _on_bases(model, args, kwargs, dynamic_shapes):
     """The model as an ExportedProgram whose writes into views are writes into their bases
-    (``_views.writes_on_bases``), or the model itself where torch.export's non-strict capture,
-    the exporter's first strategy, does not take it (the exporter then tries its others).  The
-    exporter takes the program as it is: one capture per export."""
+    (``_views.writes_on_bases``), or the model itself where :func:`_capture` does not take it
+    (the exporter then tries its own strategies) or the rewrite fails.  The exporter takes the
+    program as it is: one capture per export."""
     if isinstance(model, torch.export.ExportedProgram):
         program = copy.deepcopy(model)
     elif isinstance(model, torch.nn.Module):
         try:
-            try:
-                program = torch.export.export(model, tuple(args), kwargs,
-                                              dynamic_shapes=dynamic_shapes, strict=False)
-            except ConstraintError:
-                raise
-            except Exception as e:
-                # As the exporter's own first strategy: refine the shapes as the error suggests
-                # (torch's UserError carries them in .msg), else let the exporter try its own.
-                if dynamic_shapes is None or not isinstance(getattr(e, "msg", None), str):
-                    raise
-                shapes = torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes(
-                    e.msg, dynamic_shapes)
-                program = torch.export.export(model, tuple(args), kwargs,
-                                              dynamic_shapes=shapes, strict=False)
+            program = _capture(model, args, kwargs, dynamic_shapes)
         except ConstraintError:
             raise
         except Exception:       # the exporter's own strategies report what fails
@@ -187,6 +191,7 @@ def export(model, args=(), kwargs=None, *, dynamic_shapes=None, opset: int = OPS
     if custom_translation_table:
         table.update(custom_translation_table)
     export_kwargs.setdefault("verbose", False)
+
     def run(what):
         return torch.onnx.export(what, args, kwargs=kwargs, dynamo=True,
                                  dynamic_shapes=dynamic_shapes, opset_version=opset,

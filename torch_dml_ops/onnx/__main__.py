@@ -93,7 +93,7 @@ def demo(verbose: bool = True) -> bool:
     return ok
 
 
-def _cache_writes(layers: int, heads: int, dim: int, read_between: bool) -> torch.nn.Module:
+def _cache_writes(layers: int, heads: int, read_between: bool) -> torch.nn.Module:
     class Step(torch.nn.Module):
         def forward(self, kc, vc, pos, k, v):
             tuples = torch.stack([torch.zeros(heads, dtype=torch.int64), torch.arange(heads),
@@ -146,13 +146,13 @@ def views(layers: int = 32, heads: int = 8, length: int = 256, dim: int = 128,
                                      custom_translation_table=translation_table())
 
     cases = [("per-layer views, torch's exporter (view replay)",
-              _cache_writes(layers, heads, dim, False), torch_exporter),
+              _cache_writes(layers, heads, False), torch_exporter),
              ("per-layer views, torch_dml_ops.onnx.export",
-              _cache_writes(layers, heads, dim, False), lambda m: export(m, args)),
+              _cache_writes(layers, heads, False), lambda m: export(m, args)),
              ("one write, (layer, batch, head, pos) tuples",
               _one_write(layers, heads, dim), lambda m: export(m, args)),
              ("per-layer views, a read of each layer between writes",
-              _cache_writes(layers, heads, dim, True), lambda m: export(m, args))]
+              _cache_writes(layers, heads, True), lambda m: export(m, args))]
     ok = True
     if verbose:
         mib = args[0].numel() * 4 / 2**20
@@ -168,7 +168,8 @@ def views(layers: int = 32, heads: int = 8, length: int = 256, dim: int = 128,
         got = session.run(None, feeds)
         with torch.no_grad():
             want = model(*[a.clone() for a in args])
-        agree = all(np.array_equal(x, w.numpy()) for x, w in zip(got, want))
+        agree = len(got) == len(want) and all(
+            np.array_equal(x, w.numpy()) for x, w in zip(got, want))
         ok &= agree
         times = []
         for _ in range(repeat):

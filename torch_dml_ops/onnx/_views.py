@@ -20,7 +20,7 @@ view replay: exact, and slower.
 from __future__ import annotations
 
 import operator
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -63,7 +63,7 @@ def _view_step(node: Any) -> Optional[Tuple[Any, Step]]:
     if (t is _aten.narrow.default and isinstance(a[1], int)
             and all(isinstance(v, (int, torch.fx.Node)) for v in a[2:4])):
         return a[0], ("narrow", (a[1], a[2], a[3]))
-    if t in (_aten.permute.default,) and all(isinstance(v, int) for v in a[1]):
+    if t is _aten.permute.default and all(isinstance(v, int) for v in a[1]):
         return a[0], ("permute", tuple(a[1]))
     if t is _aten.transpose.int and isinstance(a[1], int) and isinstance(a[2], int):
         return a[0], ("transpose", (a[1], a[2]))
@@ -82,115 +82,82 @@ def _rank(node: Any) -> Optional[int]:
     return val.dim() if isinstance(val, torch.Tensor) else None
 
 
-def _plan(rank: int, steps: Sequence[Step], k: int) -> Optional[List[Tuple[str, int]]]:
-    """For a base of ``rank`` dimensions seen through ``steps``, and tuples of size ``k`` on the
-    view: which base dimensions the base's tuples cover and where each coordinate comes from
-    (``("view", j)``: the view tuple's coordinate j, ``("fixed", s)``: fixed by step s), or None
-    when the view moves a row dimension (the rows would not be the base's rows)."""
-    dims: List[int] = list(range(rank))          # the view's dims, as base dims
-    fixed: Dict[int, int] = {}                   # base dim -> the step that fixes it
-    for s, (kind, args) in enumerate(steps):
+def _walk(rank: int, steps: Sequence[Step], sliced: Callable[[int, Any, str, Tuple], Any],
+          selected: Callable[[Any, Any], Any]) -> Optional[Tuple[List[Tuple[int, Any]], Dict]]:
+    """Replay ``steps`` on a base of ``rank`` dimensions: the view's dimensions as (the base
+    dimension, its coordinates: None while untouched, else what ``sliced`` made of them) and the
+    base dimensions a select fixed (to what ``selected`` made of the coordinates and the index);
+    None for a step whose dimensions are out of range."""
+    dims: List[Tuple[int, Any]] = [(p, None) for p in range(rank)]
+    fixed: Dict[int, Any] = {}
+    for kind, args in steps:
         n = len(dims)
-        if kind == "select":
-            d = args[0] + n if args[0] < 0 else args[0]
-            if not 0 <= d < n:
-                return None
-            fixed[dims.pop(d)] = s
-        elif kind in ("slice", "narrow"):
-            d = args[0] + n if args[0] < 0 else args[0]
-            if not 0 <= d < n:
-                return None
-        elif kind == "permute":
+        if kind == "permute":
             perm = [p + n if p < 0 else p for p in args]
             if sorted(perm) != list(range(n)):
                 return None
             dims = [dims[p] for p in perm]
-        elif kind == "transpose":
-            a, b = (p + n if p < 0 else p for p in args)
-            if not (0 <= a < n and 0 <= b < n):
-                return None
+            continue
+        picked = [a + n if a < 0 else a for a in (args[:2] if kind == "transpose" else args[:1])]
+        if not all(0 <= d < n for d in picked):
+            return None
+        if kind == "transpose":
+            a, b = picked
             dims[a], dims[b] = dims[b], dims[a]
-    n = len(dims)
-    if not 0 <= k <= n:
-        return None
+        elif kind == "select":
+            p, coords = dims.pop(picked[0])
+            fixed[p] = selected(coords, args[1])
+        else:                                   # slice, narrow
+            p, coords = dims[picked[0]]
+            dims[picked[0]] = (p, sliced(p, coords, kind, args))
+    return dims, fixed
+
+
+def _plan(rank: int, steps: Sequence[Step], k: int) -> bool:
+    """Whether tuples of size ``k`` on a base of ``rank`` dimensions seen through ``steps``
+    address whole rows of the base: the view's dimensions from k on must be the base's last
+    ones, neither moved nor sliced, and the first k with the fixed ones must be the base's
+    first, in any order (they make the base's tuples, :func:`base_tuples`)."""
+    walked = _walk(rank, steps, lambda p, coords, kind, args: True, lambda coords, i: None)
+    if walked is None:
+        return False
+    dims, fixed = walked
     width = k + len(fixed)
-    if width == 0:          # no coordinate to add: the view is the base (an identity permute)
-        return None
-    # The rows: the view's dims from k on must be the base's dims from width on, untouched.
-    if dims[k:] != list(range(width, rank)):
-        return None
-    if sorted(dims[:k] + list(fixed)) != list(range(width)):
-        return None
-    # A sliced row dimension would shorten the rows: refuse when a slice touched one.
-    touched = _sliced_base_dims(rank, steps)
-    if any(p >= width for p in touched):
-        return None
-    source: List[Tuple[str, int]] = []
-    for p in range(width):
-        source.append(("fixed", fixed[p]) if p in fixed else ("view", dims[:k].index(p)))
-    return source
-
-
-def _sliced_base_dims(rank: int, steps: Sequence[Step]) -> List[int]:
-    dims, out = list(range(rank)), []
-    for kind, args in steps:
-        n = len(dims)
-        if kind == "select":
-            dims.pop(args[0] + n if args[0] < 0 else args[0])
-        elif kind in ("slice", "narrow"):
-            out.append(dims[args[0] + n if args[0] < 0 else args[0]])
-        elif kind == "permute":
-            dims = [dims[p + n if p < 0 else p] for p in args]
-        elif kind == "transpose":
-            a, b = (p + n if p < 0 else p for p in args)
-            dims[a], dims[b] = dims[b], dims[a]
-    return out
+    if not 0 <= k <= len(dims) or width == 0:   # width 0: the view is the base
+        return False
+    return (dims[k:] == [(p, None) for p in range(width, rank)]
+            and sorted([p for p, _ in dims[:k]] + list(fixed)) == list(range(width)))
 
 
 def base_tuples(base: torch.Tensor, indices: torch.Tensor, steps: List[Step]) -> torch.Tensor:
     """The base's int64 index tuples for ``indices`` on ``base`` seen through ``steps`` (a plan
-    :func:`_plan` accepted).  Runs at trace time with torch ops, so dynamic sizes stay symbolic."""
-    dims: List[Tuple[int, Optional[torch.Tensor]]] = [(p, None) for p in range(base.dim())]
-    fixed: Dict[int, Any] = {}
-    for kind, args in steps:
-        n = len(dims)
-        if kind == "select":
-            d = args[0] + n if args[0] < 0 else args[0]
-            p, coords = dims.pop(d)
-            fixed[p] = args[1] if coords is None else coords[args[1]]
-        elif kind in ("slice", "narrow"):
-            d = args[0] + n if args[0] < 0 else args[0]
-            p, coords = dims[d]
-            if coords is None:
-                coords = torch.arange(base.size(p), device=indices.device)
-            if kind == "slice":
-                _, start, end, step = args
-                coords = coords[start:end:step]
-            else:
-                coords = coords.narrow(0, args[1], args[2])
-            dims[d] = (p, coords)
-        elif kind == "permute":
-            dims = [dims[p + n if p < 0 else p] for p in args]
-        elif kind == "transpose":
-            a, b = (p + n if p < 0 else p for p in args)
-            dims[a], dims[b] = dims[b], dims[a]
-    k = indices.size(-1)
+    :func:`_plan` accepted).  Runs at trace time with torch ops, so dynamic sizes stay symbolic:
+    a sliced dimension's coordinates are ``arange(n)`` sliced as the view was."""
+    def sliced(p: int, coords: Any, kind: str, args: Tuple) -> torch.Tensor:
+        if coords is None:
+            coords = torch.arange(base.size(p), device=indices.device)
+        if kind == "slice":
+            return coords[args[1]:args[2]:args[3]]
+        return coords.narrow(0, args[1], args[2])
+
+    walked = _walk(base.dim(), steps, sliced,
+                   lambda coords, i: i if coords is None else coords[i])
+    assert walked is not None, steps            # _plan accepted the steps
+    dims, fixed = walked
     idx = indices.to(torch.int64)
-    width = k + len(fixed)
+    k = idx.size(-1)
+    view_of = {p: j for j, (p, _) in enumerate(dims[:k])}
     columns = []
-    for p in range(width):
+    for p in range(k + len(fixed)):
         if p in fixed:
             value = fixed[p]
-            if isinstance(value, torch.Tensor):
-                columns.append(value.expand(idx.shape[:-1]))
-            else:
-                columns.append(torch.full(idx.shape[:-1], value, dtype=torch.int64,
-                                          device=idx.device))
+            columns.append(value.expand(idx.shape[:-1]) if isinstance(value, torch.Tensor)
+                           else torch.full(idx.shape[:-1], value, dtype=torch.int64,
+                                           device=idx.device))
         else:
-            j = next(j for j in range(k) if dims[j][0] == p)
+            j = view_of[p]
             coords = dims[j][1]
-            column = idx[..., j]
-            columns.append(column if coords is None else coords[column])
+            columns.append(idx[..., j] if coords is None else coords[idx[..., j]])
     return torch.stack(columns, dim=-1)
 
 
@@ -204,12 +171,9 @@ def _rewrite(gm: torch.fx.GraphModule, node: torch.fx.Node, schema: torch.Functi
         return False
     if node.target is _ops.gather_nd.default and _arg(node, schema, "batch_dims") != 0:
         return False
-    ival = indices.meta.get("val") if isinstance(indices, torch.fx.Node) else None
-    if not isinstance(ival, torch.Tensor) or ival.dim() == 0 or ival.dtype == torch.uint64:
-        return False
-    k = ival.shape[-1]
-    view_rank = _rank(target) if isinstance(target, torch.fx.Node) else None
-    if not isinstance(k, int) or view_rank is None:
+    k = _tuple_size(indices)
+    view_rank = _rank(target)
+    if k is None or view_rank is None:
         return False
     chain: List[torch.fx.Node] = [target]      # the target back to the first tensor
     steps: List[Step] = []                     # steps[i] makes chain[i] out of chain[i + 1]
@@ -220,7 +184,7 @@ def _rewrite(gm: torch.fx.GraphModule, node: torch.fx.Node, schema: torch.Functi
     for i in range(len(steps), 0, -1):
         rank = _rank(chain[i])
         forward = steps[:i][::-1]
-        if rank is not None and _plan(rank, forward, k) is not None:
+        if rank is not None and _plan(rank, forward, k):
             base, base_rank, steps = chain[i], rank, forward
             break
     else:
@@ -258,23 +222,6 @@ def _derived(base: torch.fx.Node) -> set:
         out.add(n)
         stack.extend(n.users)
     return out
-
-
-def _depends_on(node: Any, base: torch.fx.Node) -> bool:
-    """Whether ``node``'s value is computed from ``base``'s values (at any distance)."""
-    stack, seen = [node], set()
-    while stack:
-        n = stack.pop()
-        if not isinstance(n, torch.fx.Node) or n in seen:
-            continue
-        seen.add(n)
-        if n is base:
-            return True
-        if n.target is base_tuples:
-            stack.extend(a for a in n.all_input_nodes if a is not base)
-        else:
-            stack.extend(n.all_input_nodes)
-    return False
 
 
 def _fresh(node: Any) -> bool:
@@ -339,58 +286,58 @@ def _merge(gm: torch.fx.GraphModule) -> int:
     (the later call wins, sums in call order), and onnxruntime copies the tensor once instead of
     once per call (its ScatterND writes a fresh output)."""
     schema = _ops.scatter_nd_.default._schema
-    groups: List[List[torch.fx.Node]] = []
-    open_group: Dict[torch.fx.Node, List[torch.fx.Node]] = {}
     derived: Dict[torch.fx.Node, set] = {}
+
+    def computed_from(x: Any, root: torch.fx.Node) -> bool:
+        if root not in derived:
+            derived[root] = _derived(root)
+        return x is root or x in derived[root]
+
+    def reads(n: torch.fx.Node) -> Tuple[Any, Any]:
+        return _arg(n, schema, "indices"), _arg(n, schema, "updates")
+
+    groups: List[List[torch.fx.Node]] = []
+    open_group: Dict[torch.fx.Node, Tuple[List[Any], List[torch.fx.Node]]] = {}
     for node in gm.graph.nodes:
         write = node.op == "call_function" and node.target is _ops.scatter_nd_.default
-        for b in [b for b in open_group if node in derived[b]]:
-            if not (write and node.args[0] is b):
+        # A node that sees a pending write's target, or changes what a pending write reads:
+        # the pending writes cannot move past it.
+        roots = _mutated_roots(node)
+        for b, (_, group) in list(open_group.items()):
+            if (computed_from(node, b) and not (write and node.args[0] is b)) or any(
+                    root is not b and computed_from(x, root)
+                    for root in roots for n in group for x in reads(n)):
                 del open_group[b]
-        # A write into a tensor that a pending write's tuples or updates are read from: the
-        # pending write cannot move past it.
-        for root in _mutated_roots(node):
-            if root not in derived:
-                derived[root] = _derived(root)
-            for b in [b for b, g in open_group.items() if b is not root and any(
-                    x is root or x in derived[root] for n in g
-                    for x in (_arg(n, schema, "indices"), _arg(n, schema, "updates")))]:
-                del open_group[b]
-        if write:
-            base = node.args[0]
-            group = open_group.get(base)
-            indices, updates = _arg(node, schema, "indices"), _arg(node, schema, "updates")
-            key = [_arg(node, schema, n) for n in _MERGE_KEYS] + [_tuple_size(indices)]
-            mergeable = (_fresh(base) and key[1] is None and key[2] is None
-                         and key[3] == "permissive" and key[-1] is not None and key[-1] > 0)
-            if (group is not None and mergeable and group[0].meta["_tdo_key"] == key
-                    and not _depends_on(indices, base) and not _depends_on(updates, base)):
-                group.append(node)
-                continue
-            if group is not None:
-                del open_group[base]
-            if mergeable:
-                node.meta["_tdo_key"] = key
-                group = [node]
-                groups.append(group)
-                open_group[base] = group
-                if base not in derived:
-                    derived[base] = _derived(base)
+        if not write:
+            continue
+        base = node.args[0]
+        key = [_arg(node, schema, n) for n in _MERGE_KEYS] + [_tuple_size(reads(node)[0])]
+        options = dict(zip(_MERGE_KEYS, key))
+        if not (_fresh(base) and _rank(base) is not None and key[-1] is not None and key[-1] > 0
+                and options["input_dimension_count"] is None
+                and options["indices_dimension_count"] is None
+                and options["feature_level"] == "permissive"):
+            open_group.pop(base, None)
+            continue
+        pending = open_group.get(base)
+        # Tuples or updates computed from the target before the group's first write read its
+        # values from before every write of the group, merged or not (anything computed from it
+        # between the writes closed the group above); a view of the target as updates, which a
+        # merged call would read later, is refused by the op itself (MemoryOverlapError).
+        if pending is not None and pending[0] == key:
+            pending[1].append(node)
+            continue
+        groups.append([node])
+        open_group[base] = (key, groups[-1])
     count = 0
-    for group in groups:
-        for node in group:
-            node.meta.pop("_tdo_key", None)
-        if len(group) < 2:
-            continue
+    for group in (g for g in groups if len(g) > 1):
         last, base = group[-1], group[-1].args[0]
-        rank, width = _rank(base), _tuple_size(_arg(last, schema, "indices"))
-        if rank is None or width is None:           # not mergeable: _fresh and the key hold
-            continue
+        rank, width = _rank(base), _tuple_size(reads(last)[0])
+        assert rank is not None and width is not None      # checked when the group opened
         rows = rank - width
         with gm.graph.inserting_before(last):
             pair = gm.graph.call_function(merge_rows, (
-                [_arg(n, schema, "indices") for n in group],
-                [_arg(n, schema, "updates") for n in group], rows))
+                [reads(n)[0] for n in group], [reads(n)[1] for n in group], rows))
             idx = gm.graph.call_function(operator.getitem, (pair, 0))
             upd = gm.graph.call_function(operator.getitem, (pair, 1))
             kwargs = {n: _arg(last, schema, n) for n in _MERGE_KEYS}
