@@ -227,6 +227,58 @@ def test_ci_tests_every_claimed_torch_release():
         assert f"| {v}" in packaging, v
 
 
+
+def test_ci_runs_the_cpp_tests_under_asan_and_ubsan():
+    """Issue 40 item 6: CI builds the extension once more with AddressSanitizer and
+    UndefinedBehaviorSanitizer (.ci/sanitize) and runs the tests whose calls reach the C++
+    kernels under them, in the README's environment, before the wheel is built (from the
+    regular objects: the instrumented ones are built in a folder of their own); a report
+    fails CI."""
+    body = _ci_body()
+    readme = body.index(_readme_test_command())
+    run = body.index("bash .ci/sanitize")
+    wheel = next(i for i, ln in enumerate(body) if "python -m build --wheel" in ln)
+    assert readme < run < wheel
+    assert body[run + 1].startswith("record $? "), body[run + 1]
+    script = (ROOT / ".ci" / "sanitize").read_text(encoding="utf-8")
+    assert 'flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined ' in script
+    assert 'CFLAGS="$flags" CXXFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined"' in script
+    # the instrumentation is checked in the built code, not only the runtimes' presence
+    assert '" __asan_report_"' in script and '" __ubsan_handle_"' in script
+    assert '--build-temp "$work/temp"' in script and 'trap restore EXIT' in script
+    # every report fails: ASan aborts, UBSan halts, and a report file left behind fails too
+    assert "abort_on_error=1" in script and "halt_on_error=1" in script
+    assert 'status=1' in script.split('compgen -G "$reports/*"', 1)[1]
+    assert "ERROR: AddressSanitizer|runtime error:" in script
+    assert "--capture=sys" in script and 'grep -q "runtime error:"' in script
+    # the oracles of the three ops, strided views, the validation layer's refusals, each SIMD
+    # path of top_k1 (a child process per instruction set, under the same runtime), the backend
+    # suite and the kernels called through torch.ops
+    named = set(re.findall(r"tests/test_\w+\.py", script))
+    assert named >= {"tests/test_gather_nd.py", "tests/test_scatter_nd.py",
+                     "tests/test_top_k1.py", "tests/test_top_k1_simd.py",
+                     "tests/test_strided_views.py", "tests/test_validation.py",
+                     "tests/test_backends.py", "tests/test_entry_points.py"}, named
+    for path in named:
+        assert (ROOT / path).is_file(), path
+
+
+def test_cpp_sources_are_files_of_at_most_1000_lines():
+    """Issue 40 item 4: no C++ file over 1,000 lines; top_k1's parts (keys, the native pass,
+    the networks, the per-row plan) are headers of their own, each included once, by the next
+    part or by top_k1.cpp, since they share its anonymous namespace (one translation unit)."""
+    csrc = ROOT / "torch_dml_ops" / "csrc"
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines())
+             for p in sorted(csrc.glob("*.*")) if p.suffix in (".cpp", ".h")}
+    assert all(n <= 1000 for n in sizes.values()), sizes
+    parts = sorted(name for name in sizes if name.startswith("top_k1_"))
+    assert parts, sizes
+    includes = {name: re.findall(r'^#include "(top_k1_\w+\.h)"', (csrc / name).read_text(
+        encoding="utf-8"), re.M) for name in sizes}
+    for part in parts:
+        who = [name for name, inc in includes.items() if part in inc]
+        assert len(who) == 1 and who[0].startswith("top_k1"), (part, who)
+
 def test_installing_never_changes_torch():
     """torch is no requirement of the package (installing it never downgrades, upgrades or
     swaps the user's torch: issue 38, pip replaced 2.15.0 with 2.14.1); the ``torch`` extra
