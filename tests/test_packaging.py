@@ -227,7 +227,6 @@ def test_ci_tests_every_claimed_torch_release():
         assert f"| {v}" in packaging, v
 
 
-
 def test_ci_runs_the_cpp_tests_under_asan_and_ubsan():
     """Issue 40 item 6: CI builds the extension once more with AddressSanitizer and
     UndefinedBehaviorSanitizer (.ci/sanitize) and runs the tests whose calls reach the C++
@@ -278,6 +277,7 @@ def test_cpp_sources_are_files_of_at_most_1000_lines():
     for part in parts:
         who = [name for name, inc in includes.items() if part in inc]
         assert len(who) == 1 and who[0].startswith("top_k1"), (part, who)
+
 
 def test_installing_never_changes_torch():
     """torch is no requirement of the package (installing it never downgrades, upgrades or
