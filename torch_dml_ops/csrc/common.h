@@ -28,8 +28,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <sys/mman.h>
-
 namespace tdo {
 
 using torch::stable::Tensor;
@@ -535,28 +533,13 @@ class StridedSlice {
 // Fresh outputs
 // ------------------------------------------------------------------------------------------
 
-// Outputs at least this large are hinted to be backed by transparent huge pages before their
-// first write: first-touch page faults otherwise cost more than the gather or scatter that
-// fills them (M13 in docs/benchmarks.md, "Measured choices").
-constexpr int64_t kHugepageMinBytes = int64_t(8) << 20;
-
-inline void hugepage_hint(void* p, int64_t len) {
-#ifdef MADV_HUGEPAGE
-  if (len < kHugepageMinBytes) return;
-  const uintptr_t huge = uintptr_t(1) << 21;
-  uintptr_t s = (reinterpret_cast<uintptr_t>(p) + huge - 1) & ~(huge - 1);
-  uintptr_t e = (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(len)) & ~(huge - 1);
-  if (e > s) madvise(reinterpret_cast<void*>(s), e - s, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)len;
-#endif
-}
+// Fresh memory is torch's allocator's, as torch's own ops get it: no huge-page advice of ours
+// (M13 in docs/benchmarks.md, "Measured choices": its first faults can stall a call many times
+// over).  torch's THP_MEM_ALLOC_ENABLE=1 puts every large tensor on huge pages, ours included.
 
 // A new contiguous CPU tensor of `sizes` (IntRef, Dims or Shape) with `like`'s dtype and device:
 // aoti_torch_empty_strided allocates without a dispatcher round-trip.  A shape whose contiguous
 // strides overflow (sizes next to an empty dimension can) is refused as torch refuses it.
-// Hinted as above when large.
 template <class Sizes>
 Tensor empty_contiguous(const Tensor& like, const Sizes& sizes) {
   const size_t nd = sizes.size();
@@ -574,17 +557,13 @@ Tensor empty_contiguous(const Tensor& like, const Sizes& sizes) {
   TDO_SHIM_CHECK(aoti_torch_empty_strided(static_cast<int64_t>(nd), sizes.data(), strides.data(),
                                           dtype, aoti_torch_device_type_cpu(),
                                           like.get_device_index(), &h));
-  Tensor t(h);
-  hugepage_hint(t.data_ptr(), t.numel() * static_cast<int64_t>(t.element_size()));
-  return t;
+  return Tensor(h);
 }
 
 // A new contiguous CPU tensor of `shape` and another `dtype` than any input's (through the
-// dispatcher: top_k1's indices, the backward's float accumulator), hinted as above when large.
+// dispatcher: top_k1's indices, the backward's float accumulator).
 inline Tensor new_output(const Tensor& like, const Shape& shape, ScalarType dtype) {
-  Tensor t = torch::stable::new_empty(like, shape, dtype);
-  hugepage_hint(t.data_ptr(), t.numel() * static_cast<int64_t>(t.element_size()));
-  return t;
+  return torch::stable::new_empty(like, shape, dtype);
 }
 
 }  // namespace tdo
