@@ -217,6 +217,40 @@ def test_scatter_nd_out_of_range_modifies_nothing(variant, index_dtype):
     assert torch.equal(x, x0) and torch.equal(u, u0) and torch.equal(out, torch.full_like(x, 7.0))
 
 
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
+@pytest.mark.usefixtures("portable_path")
+def test_scatter_nd_reports_the_first_bad_coordinate_of_many(k, index_dtype):
+    """Among thousands of tuples (the kernel checks them a block at a time, on two threads),
+    the refusal names the first bad coordinate in index order, whatever comes after it: a bad
+    coordinate after a good one in its tuple, a negative one past the end, more bad ones later;
+    and check_indices=False skips exactly the bad tuples."""
+    g = torch.Generator().manual_seed(k)
+    sizes = (3, 4, 5, 2, 3)[:k]
+    n = 5000
+    signed = index_dtype in (torch.int32, torch.int64)
+    i = torch.stack([torch.randint(-s if signed else 0, s, (n,), generator=g) for s in sizes], 1)
+    x = torch.randn(*sizes, 2)
+    u = torch.randn(n, 2)
+    prev = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for trial in range(4):
+            j = i.clone()
+            picks = torch.randint(0, n * k, (1 + trial,), generator=g).tolist()
+            for p in picks:
+                t, c = divmod(p, k)
+                j[t, c] = (-sizes[c] - 1 - trial) if signed and trial % 2 else sizes[c] + trial
+            t, c = divmod(min(picks), k)
+            value = int(j[t, c])
+            with pytest.raises(IndexError, match=rf"value {value} at position \({t}, {c}\)"):
+                tdo.scatter_nd(x, j.to(index_dtype), u)
+            assert_same(tdo.scatter_nd(x, j.to(index_dtype), u, check_indices=False),
+                        scatter_nd_ref(x, j, u, skip_bad=True))
+    finally:
+        torch.set_num_threads(prev)
+
+
 @pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_negative_indices_wrap_and_range():
     x = torch.zeros(4)

@@ -272,7 +272,8 @@ struct RowsPass {
 // Tuples [begin, end): stops at the first bad coordinate (every later one of the range has a
 // larger position), recording its flat position (tuple * k + column).
 template <int Kind>
-void rows_range(const RowsPass& c, int64_t begin, int64_t end, std::atomic<int64_t>& first_bad) {
+void rows_range_scalar(const RowsPass& c, int64_t begin, int64_t end,
+                       std::atomic<int64_t>& first_bad) {
   constexpr bool kSigned = Kind == kI32 || Kind == kI64;
   const void* const idx = c.idx;
   const int64_t k = c.k;
@@ -290,6 +291,51 @@ void rows_range(const RowsPass& c, int64_t begin, int64_t end, std::atomic<int64
       row += v * strides[j];
     }
     if (rows) rows[t] = row;
+  }
+}
+
+// The same for tuples of K coordinates, a block at a time without a branch per coordinate: a
+// block's row numbers are written and its coordinates' verdicts or-ed together, and a block with
+// a bad coordinate is scanned again by rows_range_scalar, which finds the first.  (Unsigned
+// arithmetic: a bad coordinate's product may wrap; its row is never used.)
+template <int Kind, int K>
+void rows_range_fixed(const RowsPass& c, int64_t begin, int64_t end,
+                      std::atomic<int64_t>& first_bad) {
+  constexpr bool kSigned = Kind == kI32 || Kind == kI64;
+  constexpr int64_t kRowsBlock = 512;
+  const void* const idx = c.idx;
+  uint64_t size[K], stride[K];
+  for (int j = 0; j < K; j++) {
+    size[j] = static_cast<uint64_t>(c.sizes[j]);
+    stride[j] = static_cast<uint64_t>(c.strides[j]);
+  }
+  int64_t* const rows = c.rows;
+  for (int64_t b = begin; b < end; b += kRowsBlock) {
+    const int64_t e = std::min(end, b + kRowsBlock);
+    bool bad = false;
+    for (int64_t t = b; t < e; t++) {
+      uint64_t row = 0;
+      for (int j = 0; j < K; j++) {
+        const int64_t v = load_index(idx, Kind, t * K + j);
+        // a negative coordinate of a signed kind counts from the end
+        const uint64_t w = static_cast<uint64_t>(v) + (kSigned && v < 0 ? size[j] : 0);
+        bad |= w >= size[j];
+        row += w * stride[j];
+      }
+      if (rows) rows[t] = static_cast<int64_t>(row);
+    }
+    if (bad) return rows_range_scalar<Kind>(c, b, e, first_bad);
+  }
+}
+
+template <int Kind>
+void rows_range(const RowsPass& c, int64_t begin, int64_t end, std::atomic<int64_t>& first_bad) {
+  switch (c.k) {
+    case 1: return rows_range_fixed<Kind, 1>(c, begin, end, first_bad);
+    case 2: return rows_range_fixed<Kind, 2>(c, begin, end, first_bad);
+    case 3: return rows_range_fixed<Kind, 3>(c, begin, end, first_bad);
+    case 4: return rows_range_fixed<Kind, 4>(c, begin, end, first_bad);
+    default: return rows_range_scalar<Kind>(c, begin, end, first_bad);
   }
 }
 
@@ -875,7 +921,6 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
       heap_rows.reset(new (std::nothrow) int64_t[static_cast<size_t>(n)]);
       if (!heap_rows) runtime_error(call.op, ": cannot allocate ", 8 * n, " bytes of row numbers");
       rp.rows = heap_rows.get();
-      if (n >= (int64_t(1) << 18)) hugepage_hint(rp.rows, n * int64_t(8));
     }
   }
   if (const int64_t bad = run_rows(rp, n); bad != kNoError) {
