@@ -49,16 +49,17 @@ void rows_range_scalar(const RowsPass& c, int64_t begin, int64_t end,
 // The same for tuples of K coordinates, a block at a time without a branch per coordinate: a
 // block's row numbers are written and its coordinates' verdicts or-ed together, and a block with
 // a bad coordinate is scanned again by rows_range_scalar, which finds the first.  (Unsigned
-// arithmetic: a bad coordinate's product may wrap; its row is never used.)
+// arithmetic: a bad coordinate, -1 from wrap_check, makes a row that wraps and is never used.)
 template <int Kind, int K>
 void rows_range_fixed(const RowsPass& c, int64_t begin, int64_t end,
                       std::atomic<int64_t>& first_bad) {
   constexpr bool kSigned = Kind == kI32 || Kind == kI64;
   constexpr int64_t kRowsBlock = 512;
   const void* const idx = c.idx;
-  uint64_t size[K], stride[K];
+  int64_t size[K];
+  uint64_t stride[K];
   for (int j = 0; j < K; j++) {
-    size[j] = static_cast<uint64_t>(c.sizes[j]);
+    size[j] = c.sizes[j];
     stride[j] = static_cast<uint64_t>(c.strides[j]);
   }
   int64_t* const rows = c.rows;
@@ -68,11 +69,9 @@ void rows_range_fixed(const RowsPass& c, int64_t begin, int64_t end,
     for (int64_t t = b; t < e; t++) {
       uint64_t row = 0;
       for (int j = 0; j < K; j++) {
-        const int64_t v = load_index(idx, Kind, t * K + j);
-        // a negative coordinate of a signed kind counts from the end
-        const uint64_t w = static_cast<uint64_t>(v) + (kSigned && v < 0 ? size[j] : 0);
-        bad |= w >= size[j];
-        row += w * stride[j];
+        const int64_t w = wrap_check(load_index(idx, Kind, t * K + j), size[j], kSigned);
+        bad |= w < 0;
+        row += static_cast<uint64_t>(w) * stride[j];
       }
       if (rows) rows[t] = static_cast<int64_t>(row);
     }
