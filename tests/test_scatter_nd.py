@@ -251,6 +251,39 @@ def test_scatter_nd_reports_the_first_bad_coordinate_of_many(k, index_dtype):
         torch.set_num_threads(prev)
 
 
+@pytest.mark.parametrize("case", ["element", "row", "half_add", "empty", "strided"])
+@pytest.mark.parametrize("form", ["functional", "out"])
+@pytest.mark.usefixtures("portable_path")
+def test_scatter_nd_copies_a_large_source(case, form):
+    """A source of 1 MiB and more (the C++ kernel copies it into the result with torch's own
+    copy kernel from that size, with its own copy below): the result is the source with the
+    updates applied, for element rows, wide rows, the float16 sums of apply_in_float, no tuples,
+    and a transposed source."""
+    g = torch.Generator().manual_seed(len(case) + len(form))
+    dtype = torch.float16 if case == "half_add" else torch.float32
+    x = torch.randn(640, 512, generator=g).to(dtype)  # 640 KiB of float16, 1.25 MiB of float32
+    if case == "half_add":
+        x = torch.randn(1024, 1024, generator=g).to(dtype)  # 2 MiB
+    if case == "strided":
+        x = torch.randn(512, 640, generator=g).t()
+    n = 0 if case == "empty" else 3000
+    k = 1 if case == "row" else 2
+    i = torch.stack([torch.randint(-s, s, (n,), generator=g) for s in x.shape[:k]], 1)
+    u = torch.randn(n, *x.shape[k:], generator=g).to(dtype)
+    red = "add" if case == "half_add" else "none"
+    if case == "half_add":  # accumulated in float32 in index order, rounded once
+        want = scatter_nd_ref(x.float(), i, u.float(), red).to(dtype)
+    else:
+        want = scatter_nd_ref(x, i, u, red)
+    if form == "out":
+        out = torch.full_like(x, float("nan")).contiguous()
+        assert tdo.scatter_nd(x, i, u, reduction=red, out=out) is out
+        got = out
+    else:
+        got = tdo.scatter_nd(x, i, u, reduction=red)
+    assert_same(got, want)
+
+
 @pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_negative_indices_wrap_and_range():
     x = torch.zeros(4)

@@ -122,6 +122,28 @@ void copy_bytes(char* dst, const char* src, int64_t bytes) {
   });
 }
 
+// A 1-D uint8 CPU tensor over `bytes` bytes at `data` (torch's tensor over memory it does not own).
+Tensor byte_view(const void* data, int64_t bytes) {
+  const int64_t stride = 1;
+  AtenTensorHandle h = nullptr;
+  TDO_SHIM_CHECK(aoti_torch_create_tensor_from_blob(const_cast<void*>(data), 1, &bytes, &stride, 0,
+                                                    aoti_torch_dtype_uint8(),
+                                                    aoti_torch_device_type_cpu(), 0, &h));
+  return Tensor(h);
+}
+
+// The source copied into a functional or out= result: by torch's own copy kernel from 1 MiB
+// (glibc's memcpy of a large buffer, whose non-temporal stores meet fresh pages, was slower: M28
+// in docs/benchmarks.md, "Measured choices"), through byte views of the two buffers, so that the
+// caller's out= has its version counter bumped once (mark_written) and nothing is recorded for
+// autograd; by copy_bytes below 1 MiB (no dispatcher call for a small copy).
+constexpr int64_t kTorchCopyBytes = int64_t(1) << 20;
+void copy_init(char* dst, const char* src, int64_t bytes) {
+  if (bytes < kTorchCopyBytes) return copy_bytes(dst, src, bytes);
+  Tensor d = byte_view(dst, bytes);
+  torch::stable::copy_(d, byte_view(src, bytes));
+}
+
 // ------------------------------------------------------------------------------------------
 // Checks (the Python layer's check_scatter_nd, in its order)
 // ------------------------------------------------------------------------------------------
@@ -317,7 +339,7 @@ template <int64_t RB = 0, bool Sink = false, class F>
 void run_scan(const Apply& a, const F& f) {
   // init first, in a pass of its own: folded into each part's scan it was slower (M27 in
   // docs/benchmarks.md, "Measured choices")
-  if (a.init) copy_bytes(a.dst, a.init, a.n_rows * a.row_bytes);
+  if (a.init) copy_init(a.dst, a.init, a.n_rows * a.row_bytes);
   const int64_t work = a.n * (1 + a.row_bytes / 64);
   const int64_t grain = a.row_bytes <= 16 ? kGrainShortRows : kGrain;
   const int parts = static_cast<int>(std::min<int64_t>(parts_for(work, grain), a.n_rows));
@@ -611,7 +633,7 @@ void apply_in_float(const Apply& a) {
   std::vector<float> scratch(static_cast<size_t>(parts * len));
   for (int64_t t = 0; t < n; t++) order[t] = {a.rows[t], t};
   std::sort(order.begin(), order.end());
-  if (a.init) copy_bytes(a.dst, a.init, a.n_rows * a.row_bytes);
+  if (a.init) copy_init(a.dst, a.init, a.n_rows * a.row_bytes);
   // the tuples check_indices=False skips (row -1) sort first: leave them out
   order.erase(order.begin(), std::lower_bound(order.begin(), order.end(),
                                               std::pair<int64_t, int64_t>(0, 0)));
@@ -769,7 +791,7 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
     if (target_name) mark_written(call.op, target_name, dst);
     if (source && dst.numel() > 0) {
       if (source->is_contiguous() && dst.is_contiguous())
-        copy_bytes(static_cast<char*>(dst.data_ptr()),
+        copy_init(static_cast<char*>(dst.data_ptr()),
                    static_cast<const char*>(source->data_ptr()),
                    dst.numel() * p.es);
       else
