@@ -113,15 +113,6 @@ Tensor as_contiguous(const Tensor& t) {
   return t.is_contiguous() ? t : torch::stable::contiguous(t);
 }
 
-// memcpy of a large buffer split among threads, each part at least kCopyGrain bytes (torch's
-// own copies split at 32768 elements: 128 KiB of float32).
-constexpr int64_t kCopyGrain = int64_t(1) << 17;
-void copy_bytes(char* dst, const char* src, int64_t bytes) {
-  parallel_parts(bytes, parts_for(bytes, kCopyGrain), [&](int64_t b, int64_t e, int) {
-    std::memcpy(dst + b, src + b, static_cast<size_t>(e - b));
-  });
-}
-
 // A 1-D uint8 CPU tensor over `bytes` bytes at `data` (torch's tensor over memory it does not own).
 Tensor byte_view(const void* data, int64_t bytes) {
   const int64_t stride = 1;
@@ -136,12 +127,19 @@ Tensor byte_view(const void* data, int64_t bytes) {
 // (glibc's memcpy of a large buffer, whose non-temporal stores meet fresh pages, was slower: M28
 // in docs/benchmarks.md, "Measured choices"), through byte views of the two buffers, so that the
 // caller's out= has its version counter bumped once (mark_written) and nothing is recorded for
-// autograd; by copy_bytes below 1 MiB (no dispatcher call for a small copy).
+// autograd; below 1 MiB by memcpy, split among threads in parts of at least kCopyGrain bytes
+// (torch's own copies split at 32768 elements: 128 KiB of float32), with no dispatcher call.
 constexpr int64_t kTorchCopyBytes = int64_t(1) << 20;
+constexpr int64_t kCopyGrain = int64_t(1) << 17;
 void copy_init(char* dst, const char* src, int64_t bytes) {
-  if (bytes < kTorchCopyBytes) return copy_bytes(dst, src, bytes);
-  Tensor d = byte_view(dst, bytes);
-  torch::stable::copy_(d, byte_view(src, bytes));
+  if (bytes >= kTorchCopyBytes) {
+    Tensor d = byte_view(dst, bytes);
+    torch::stable::copy_(d, byte_view(src, bytes));
+    return;
+  }
+  parallel_parts(bytes, parts_for(bytes, kCopyGrain), [&](int64_t b, int64_t e, int) {
+    std::memcpy(dst + b, src + b, static_cast<size_t>(e - b));
+  });
 }
 
 // ------------------------------------------------------------------------------------------
@@ -792,8 +790,7 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
     if (source && dst.numel() > 0) {
       if (source->is_contiguous() && dst.is_contiguous())
         copy_init(static_cast<char*>(dst.data_ptr()),
-                   static_cast<const char*>(source->data_ptr()),
-                   dst.numel() * p.es);
+                  static_cast<const char*>(source->data_ptr()), dst.numel() * p.es);
       else
         torch::stable::copy_(dst, *source);
     }
