@@ -1377,16 +1377,81 @@ def test_scatter_layouts_match_portable(both, num_threads, deterministic, dev, r
         both(fn)
 
 
-@over_backends("", [()])
-def test_scatter_in_place_and_out_bump_the_version(any_backend, dev):
-    x = torch.zeros(4, 3, device=dev)
-    v = x._version
-    tdo.scatter_nd_(x, torch.tensor([[1]], device=dev), torch.ones(1, 3, device=dev))
-    assert x._version > v
-    out = torch.zeros(1, 3, device=dev)
-    v = out._version
-    tdo.gather_nd(x, torch.tensor([[1]], device=dev), out=out)
-    assert out._version > v and torch.equal(out, torch.ones(1, 3, device=dev))
+def _one_write_cases():
+    """(name, write, target maker): every way a call writes a caller's tensor (contiguous,
+    strided, negative-bit targets; strided sources; calls without tuples)."""
+    i, u = torch.tensor([[1], [2]]), torch.ones(2, 3)
+    x, xt = torch.zeros(4, 3), torch.zeros(3, 4).t()
+
+    def contig(*shape):
+        return lambda dev: torch.zeros(*shape, device=dev)
+
+    def transposed(*shape):
+        return lambda dev: torch.zeros(*reversed(shape), device=dev).t()
+
+    def negative(*shape):
+        return lambda dev: torch._neg_view(torch.zeros(*shape, device=dev))
+
+    def scatter_out(inp, n=2):
+        return lambda t: tdo.scatter_nd(inp.to(t.device), i[:n].to(t.device),
+                                        u[:n].to(t.device), out=t)
+
+    def scatter_(n=2, reduction="none"):
+        return lambda t: tdo.scatter_nd_(t, i[:n].to(t.device), u[:n].to(t.device), reduction)
+
+    def gather_out(n=2):
+        return lambda t: tdo.gather_nd(x.to(t.device), i[:n].to(t.device), out=t)
+
+    return [
+        ("scatter_out", scatter_out(x), contig(4, 3)),
+        ("scatter_out-strided_out", scatter_out(x), transposed(4, 3)),
+        ("scatter_out-strided_input", scatter_out(xt), contig(4, 3)),
+        ("scatter_out-negative_out", scatter_out(x), negative(4, 3)),
+        ("scatter_out-no_tuples-strided_out", scatter_out(x, 0), transposed(4, 3)),
+        ("scatter_out-no_tuples-strided_input", scatter_out(xt, 0), contig(4, 3)),
+        ("scatter_", scatter_(), contig(4, 3)),
+        ("scatter_-add", scatter_(reduction="add"), contig(4, 3)),
+        ("scatter_-strided", scatter_(), transposed(4, 3)),
+        ("scatter_-negative", scatter_(), negative(4, 3)),
+        ("scatter_-no_tuples", scatter_(0), contig(4, 3)),
+        ("gather_out", gather_out(), contig(2, 3)),
+        ("gather_out-strided", gather_out(), transposed(2, 3)),
+        ("gather_out-negative", gather_out(), negative(2, 3)),
+        ("gather_out-no_tuples", gather_out(0), contig(0, 3)),
+    ]
+
+
+@over_backends("case", [pytest.param(c, id=c[0]) for c in _one_write_cases()])
+def test_a_write_bumps_the_version_once(any_backend, dev, case):
+    """Like torch's in-place and out= ops, one call that writes a caller's tensor records one
+    write on its version counter, whatever the layouts, the backend or the path inside."""
+    name, write, make = case
+    t = make(dev)
+    v = t._version
+    write(t)
+    assert t._version == v + 1, f"{name}: {t._version - v} writes recorded"
+
+
+@over_backends("write", ["scatter_nd_", "scatter_nd_out", "gather_nd_out"])
+def test_a_negative_inference_target_shows_what_was_written(any_backend, dev, write):
+    """Inside inference mode, a negative-bit inference tensor is written through its negation
+    like any other negative view (torch's is_neg() of it, asked from C++, reads false)."""
+    x = torch.arange(12., device=dev).reshape(4, 3)
+    i, u = torch.tensor([[1], [2]], device=dev), torch.full((2, 3), 5., device=dev)
+    with torch.inference_mode():
+        if write == "gather_nd_out":
+            t = torch._neg_view(torch.zeros(2, 3, device=dev))
+            tdo.gather_nd(x, i, out=t)
+            want = x[1:3]
+        else:
+            t = torch._neg_view(x.clone())
+            if write == "scatter_nd_":
+                tdo.scatter_nd_(t, i, u)
+            else:
+                tdo.scatter_nd(x, i, u, out=t)
+            want = torch.cat([-x[:1], u, -x[3:]]) if write == "scatter_nd_" else \
+                torch.cat([x[:1], u, x[3:]])
+        assert t.is_neg() and torch.equal(t.resolve_neg(), want), t
 
 
 # ------------------------------------------------------------------ property test

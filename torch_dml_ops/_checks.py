@@ -280,6 +280,15 @@ def written(t: torch.Tensor) -> None:
         torch.autograd.graph.increment_version(t)
 
 
+def unrecorded(t: torch.Tensor) -> torch.Tensor:
+    """An alias of ``t``'s memory (its storage, offset, sizes and strides, not its negative bit)
+    with a version counter of its own: a kernel writes a caller's tensor through it in as many
+    steps as it takes, then records the one write on ``t`` (:func:`written`), as a torch op
+    records one per call."""
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(
+        t.untyped_storage(), t.storage_offset(), t.shape, t.stride())
+
+
 def has_internal_overlap(t: torch.Tensor) -> bool:
     """Whether two elements of ``t`` share a memory location (exact for every layout)."""
     if t.is_contiguous() or t.numel() <= 1:

@@ -336,7 +336,10 @@ bool call_bool(const char* name, const Tensor& t) {
   return torch::stable::detail::to<bool>(stack[0]);
 }
 
-bool is_neg(const Tensor& t) { return call_bool("aten::is_neg", t); }
+bool is_neg(const Tensor& t) {
+  // (not aten::is_neg, which reads false for an inference tensor: see resolved)
+  return t.numel() > 0 && resolved(t).data_ptr() != t.data_ptr();
+}
 
 bool try_mark_written(const Tensor& t) {
   std::array<StableIValue, 2> stack{torch::stable::detail::from(t), torch::stable::detail::from(t)};
@@ -347,12 +350,31 @@ bool try_mark_written(const Tensor& t) {
   return true;
 }
 
-void mark_written(const char* op, const char* name, const Tensor& t) {
+void mark_written(const char* op, const char* name, const Tensor& t, bool neg) {
   if (try_mark_written(t)) return;
-  if (call_bool("aten::is_inference", t))
+  if (neg || call_bool("aten::is_inference", t))
     runtime_error(fill(msg::inference, {{"op", op}, {"name", name}}));
   runtime_error(op, ": ", name, " cannot be written in place (torch refused to record the write "
                 "on its version counter)");
+}
+
+void copy_unrecorded(const Tensor& t, const Tensor& src, bool neg) {
+  auto sizes = t.sizes();
+  auto strides = t.strides();
+  int32_t dtype = 0;
+  TDO_SHIM_CHECK(aoti_torch_get_dtype(t.get(), &dtype));
+  AtenTensorHandle h = nullptr;
+  TDO_SHIM_CHECK(aoti_torch_create_tensor_from_blob(
+      t.data_ptr(), static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(), 0, dtype,
+      aoti_torch_device_type_cpu(), t.get_device_index(), &h));
+  Tensor alias(h);
+  if (neg) {
+    std::array<StableIValue, 1> stack{torch::stable::detail::from(alias)};
+    TDO_SHIM_CHECK(
+        torch_call_dispatcher("aten::_neg_view", "", stack.data(), TORCH_ABI_VERSION));
+    alias = torch::stable::detail::to<Tensor>(stack[0]);
+  }
+  torch::stable::copy_(alias, src);
 }
 
 // t with its negative bit materialized (t itself when the bit is clear): one dispatcher call.

@@ -57,6 +57,7 @@ void check_out(const char* op, const Tensor& out, const Shape& shape, ScalarType
 // The negative bit of a written tensor: the kernels write raw memory.
 // A boxed aten query returning a bool (aten::is_neg, aten::is_inference), through the dispatcher.
 bool call_bool(const char* name, const Tensor& t);
+// Whether t is a negative view (its values the negation of its memory's); false when empty.
 bool is_neg(const Tensor& t);
 // Record a write into t (the caller's out= or in-place target) on its version counter, before
 // the first write, as torch's in-place and out= ops do (autograd detects stale saved tensors by
@@ -64,8 +65,15 @@ bool is_neg(const Tensor& t);
 // when torch refuses: an inference tensor outside inference mode.
 bool try_mark_written(const Tensor& t);
 // try_mark_written, and where torch refuses, the Python layer's error for an inference tensor
-// outside inference mode (`name` is the target's role); nothing has been written then.
-void mark_written(const char* op, const char* name, const Tensor& t);
+// outside inference mode (`name` is the target's role); nothing has been written then.  neg: t
+// is a negative view, whose is_inference() query reads false (torch refuses it only as an
+// inference tensor, so the error is that one).
+void mark_written(const char* op, const char* name, const Tensor& t, bool neg = false);
+// src copied into t's memory through t's strides (and through its negation when neg: t is a
+// negative view), by torch's copy_ into an alias of t with a version counter of its own, so
+// that the copy records nothing on t's: the caller records the one write (mark_written), as a
+// torch op records one per call.
+void copy_unrecorded(const Tensor& t, const Tensor& src, bool neg = false);
 
 // ------------------------------------------------------------------------------------------
 // gather_nd / scatter_nd layout (torch_dml_ops/_forms.py)

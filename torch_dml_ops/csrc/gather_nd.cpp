@@ -65,15 +65,6 @@ bool streaming_pays() {
 // Small helpers
 // ------------------------------------------------------------------------------------------
 
-// An out= whose write torch refused (try_mark_written, checks.h); neg: its is_inference() query would read
-// false (as above), and an inference tensor outside inference mode is the only refusal known.
-[[noreturn]] void refuse_write(const Tensor& out, bool neg) {
-  if (neg || call_bool("aten::is_inference", out))
-    runtime_error(fill(msg::inference, {{"op", kOp}, {"name", "OutputTensor (out)"}}));
-  runtime_error(kOp, ": OutputTensor (out) cannot be written in place (torch refused to record "
-                "the write on its version counter)");
-}
-
 bool cpu_strided(const Tensor& t) {
   return t.is_cpu() && is_strided(t);
 }
@@ -563,7 +554,7 @@ struct Call {
 void gather_into(char* dst, const Tensor& input, const Tensor& indices, const Plan& p,
                  const Tensor* target, const Call& call, bool check) {
   auto mark = [&] {
-    if (target && !try_mark_written(*target)) refuse_write(*target, false);
+    if (target) mark_written(kOp, "OutputTensor (out)", *target);
   };
   if (p.n_tuples == 0) return mark();
   const Tensor idx = indices.is_contiguous() ? indices : torch::stable::contiguous(indices);
@@ -866,21 +857,20 @@ void gather_nd_out(Tensor input, Tensor indices, int64_t batch_dims,
                   {"OutputTensor (out)", &out}});
   // The rest of check_out's writability rule (after the storage checks: resolve_neg reads out):
   // an inference tensor only inside inference mode, where the write is a no-op for its absent
-  // version counter.  A negative view is probed by recording the write now (its copy_ below
-  // records it anyway).
-  const bool neg = out.numel() > 0 && resolved(out).data_ptr() != out.data_ptr();
-  if ((neg || call_bool("aten::is_inference", out)) && !try_mark_written(out))
-    refuse_write(out, neg);
+  // version counter.  A negative view (whose is_inference() query reads false) is written through
+  // a fresh result, and its write recorded once that result stands.
+  const bool neg = is_neg(out);
+  if (!neg && call_bool("aten::is_inference", out)) mark_written(kOp, "OutputTensor (out)", out);
   const Tensor x = resolved(input), i = resolved(indices);
   const Call call{input, batch_dims, input_dimension_count, indices_dimension_count};
   if (!neg && out.is_contiguous()) {
     gather_into(static_cast<char*>(out.data_ptr()), x, i, p, &out, call, check_indices);
   } else {
-    // A fresh result, then copy_, which writes through a negative view's negation and through
-    // any strides (and records the write itself).
+    // A fresh result, then copied through out's strides and negation, the write recorded once.
     Tensor fresh = empty_contiguous(x, p.out_shape);
     gather_into(static_cast<char*>(fresh.data_ptr()), x, i, p, nullptr, call, check_indices);
-    torch::stable::copy_(out, fresh);
+    mark_written(kOp, "OutputTensor (out)", out, neg);
+    copy_unrecorded(out, fresh, neg);
   }
 }
 

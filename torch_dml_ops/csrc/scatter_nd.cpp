@@ -730,7 +730,7 @@ void apply_strided(Apply a, const Plan& p, Reduction red, Tensor& dst,
   Dims row_steps;  // bytes per coordinate of each index dimension
   row_steps.resize(static_cast<size_t>(p.k));
   for (int64_t j = 0; j < p.k; j++) row_steps[j] = pad + j >= 0 ? strides[pad + j] * p.es : 0;
-  if (source) torch::stable::copy_(dst, *source);
+  if (source) copy_unrecorded(dst, *source);
   char* const base = static_cast<char*>(dst.data_ptr());
   // row number -> the byte offset of its slice (coordinates in row-major order of index_sizes)
   auto row_offset = [&](int64_t row) {
@@ -792,7 +792,7 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
         copy_init(static_cast<char*>(dst.data_ptr()),
                   static_cast<const char*>(source->data_ptr()), dst.numel() * p.es);
       else
-        torch::stable::copy_(dst, *source);
+        copy_unrecorded(dst, *source);
     }
     return;
   }
@@ -844,7 +844,7 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
     if (source->is_contiguous())
       a.init = static_cast<const char*>(source->data_ptr());
     else
-      torch::stable::copy_(dst, *source);
+      copy_unrecorded(dst, *source);
   }
   a.n_rows = p.rows;
   apply(a, p.dtype, red);
@@ -897,11 +897,11 @@ void scatter_nd_out(Tensor input, Tensor indices, Tensor updates, StrArg reducti
     scatter(call, p, red, out, &x, i, u, check_indices, kOutName);
     return;
   }
-  // A fresh result, then copy_ (which writes through a negative view's negation).
+  // A fresh result, then copied through the negation.
   Tensor fresh = empty_contiguous(x, x.sizes());
   scatter(call, p, red, fresh, &x, i, u, check_indices);
-  if (!neg) mark_written(kOp, kOutName, out);
-  torch::stable::copy_(out, fresh);
+  mark_written(kOp, kOutName, out, true);
+  copy_unrecorded(out, fresh, true);
 }
 
 void scatter_nd_(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
@@ -921,11 +921,12 @@ void scatter_nd_(Tensor input, Tensor indices, Tensor updates, StrArg reduction,
   const Call call{kInplaceOp, input, indices, input_dimension_count, indices_dimension_count};
   if (is_neg(input)) {
     // The values the target shows, scattered into a fresh tensor, written back through the
-    // negation by copy_.
+    // negation.
     const Tensor base = resolved(input);
     Tensor fresh = empty_contiguous(base, base.sizes());
     scatter(call, p, red, fresh, &base, i, u, check_indices);
-    torch::stable::copy_(input, fresh);
+    mark_written(kInplaceOp, kTargetName, input, true);
+    copy_unrecorded(input, fresh, true);
     return;
   }
   // any layout: a strided target through apply_strided (its addressed rows only)

@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from .._checks import check_gather_nd, check_out, check_storages, resolved, written
+from .._checks import check_gather_nd, check_out, check_storages, resolved, unrecorded, written
 from .._errors import message
 from .._forms import GatherLayout, backward_layout
 from .._tables import SIGNED_INDEX_DTYPES, bits_view
@@ -213,7 +213,7 @@ def make_kernels(compute) -> dict:
             # A negative view: the kernels write raw memory, copy_ writes through the negation.
             out.copy_(compute(input, indices, lay, check_indices, None))
         else:
-            compute(input, indices, lay, check_indices, out)
+            compute(input, indices, lay, check_indices, unrecorded(out))
             written(out)
 
     return {"gather_nd": gather_nd, "gather_nd_out": gather_nd_out}

@@ -6,7 +6,8 @@ from typing import Optional
 
 import torch
 
-from .._checks import check_out, check_scatter_nd, check_storages, resolved, written
+from .._checks import (check_out, check_scatter_nd, check_storages, resolved, unrecorded,
+                       written)
 from .._forms import GatherLayout, gather_layout
 from .._tables import SIGNED_INDEX_DTYPES, bits_view
 from ._common import (MOVE_AS, SIGN_BIT_64, as_movable, check_and_wrap_plan, flip_sign_bit, in_range,
@@ -444,8 +445,8 @@ def make_kernels(compute) -> dict:
             base = resolved(source if source is not None else target)
             target.copy_(fresh_result(base, indices, updates, lay, reduction, check, det))
             return
-        run(op, target, None if source is None else resolved(source), indices, updates,
-                lay, reduction, check, det, False)
+        run(op, unrecorded(target), None if source is None else resolved(source), indices,
+            updates, lay, reduction, check, det, False)
         written(target)
 
     def scatter_nd(input, indices, updates, reduction="none", input_dimension_count=None,
