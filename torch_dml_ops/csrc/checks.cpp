@@ -358,16 +358,18 @@ void mark_written(const char* op, const char* name, const Tensor& t, bool neg) {
                 "on its version counter)");
 }
 
-void copy_unrecorded(const Tensor& t, const Tensor& src, bool neg) {
-  auto sizes = t.sizes();
-  auto strides = t.strides();
-  int32_t dtype = 0;
-  TDO_SHIM_CHECK(aoti_torch_get_dtype(t.get(), &dtype));
+Tensor blob(void* data, IntRef sizes, IntRef strides, int32_t dtype, int32_t device_index) {
   AtenTensorHandle h = nullptr;
   TDO_SHIM_CHECK(aoti_torch_create_tensor_from_blob(
-      t.data_ptr(), static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(), 0, dtype,
-      aoti_torch_device_type_cpu(), t.get_device_index(), &h));
-  Tensor alias(h);
+      data, static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(), 0, dtype,
+      aoti_torch_device_type_cpu(), device_index, &h));
+  return Tensor(h);
+}
+
+void copy_unrecorded(const Tensor& t, const Tensor& src, bool neg) {
+  int32_t dtype = 0;
+  TDO_SHIM_CHECK(aoti_torch_get_dtype(t.get(), &dtype));
+  Tensor alias = blob(t.data_ptr(), t.sizes(), t.strides(), dtype, t.get_device_index());
   if (neg) {
     std::array<StableIValue, 1> stack{torch::stable::detail::from(alias)};
     TDO_SHIM_CHECK(

@@ -74,6 +74,9 @@ void mark_written(const char* op, const char* name, const Tensor& t, bool neg = 
 // that the copy records nothing on t's: the caller records the one write (mark_written), as a
 // torch op records one per call.
 void copy_unrecorded(const Tensor& t, const Tensor& src, bool neg = false);
+// A CPU tensor over memory it does not own (`data`, with these sizes and element strides), of
+// dtype `dtype` (a shim dtype code): torch's from_blob, with a version counter of its own.
+Tensor blob(void* data, IntRef sizes, IntRef strides, int32_t dtype, int32_t device_index = 0);
 
 // ------------------------------------------------------------------------------------------
 // gather_nd / scatter_nd layout (torch_dml_ops/_forms.py)

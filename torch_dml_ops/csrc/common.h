@@ -33,6 +33,8 @@ namespace tdo {
 using torch::stable::Tensor;
 using ScalarType = torch::headeronly::ScalarType;
 using Shape = std::vector<int64_t>;
+// A borrowed list of sizes or strides (a tensor's sizes(), a Shape, a pointer and a count).
+using IntRef = torch::headeronly::IntHeaderOnlyArrayRef;
 
 // ------------------------------------------------------------------------------------------
 // torch versions: only what torch 2.10's stable headers have (TORCH_TARGET_VERSION, setup.py)
@@ -415,8 +417,7 @@ void parallel_parts(int64_t n, int parts, const F& fn) {
 // moving the slice's bytes only: no contiguous copy of the tensor is made.
 class StridedSlice {
  public:
-  void init(torch::headeronly::IntHeaderOnlyArrayRef sizes,
-            torch::headeronly::IntHeaderOnlyArrayRef strides, int64_t b, int64_t e, int64_t es) {
+  void init(IntRef sizes, IntRef strides, int64_t b, int64_t e, int64_t es) {
     es_ = es;
     // two passes over the dims: count the merged ones, then fill them (Dims keeps no contents
     // across a resize)

@@ -71,9 +71,8 @@ bool cpu_strided(const Tensor& t) {
 
 // Dims [b, e) of a strided tensor as one dimension of `size` elements `stride` apart, when they
 // collapse into one (size-1 dimensions are skipped); false otherwise.
-bool collapse(torch::headeronly::IntHeaderOnlyArrayRef sizes,
-              torch::headeronly::IntHeaderOnlyArrayRef strides, int64_t b, int64_t e,
-              int64_t& size, int64_t& stride) {
+bool collapse(IntRef sizes, IntRef strides, int64_t b, int64_t e, int64_t& size,
+              int64_t& stride) {
   size = 1;
   stride = 1;
   for (int64_t d = e; d-- > b;) {
@@ -115,8 +114,7 @@ void plan_from_layout(const GatherLayout& lay, Plan& p) {
 
 // The natural form's layout without heap allocation, when every rule of gather_layout holds
 // (false otherwise: gather_layout then raises the error).
-bool fast_plan(torch::headeronly::IntHeaderOnlyArrayRef is,
-               torch::headeronly::IntHeaderOnlyArrayRef xs, int64_t batch_dims, Plan& p) {
+bool fast_plan(IntRef is, IntRef xs, int64_t batch_dims, Plan& p) {
   const int64_t r = static_cast<int64_t>(is.size()), q = static_cast<int64_t>(xs.size());
   if (r < 1 || q < 1 || batch_dims < 0 || batch_dims >= std::min(q, r)) return false;
   const int64_t k = xs[q - 1];

@@ -77,8 +77,6 @@ static_assert(std::size(kReductionNames) == 5 && same(kReductionNames[kNone], "n
                   same(kReductionNames[kMax], "max") && same(kReductionNames[kMin], "min"),
               "_data.REDUCTIONS and enum Reduction disagree");
 
-using IntRef = torch::headeronly::IntHeaderOnlyArrayRef;
-
 // ------------------------------------------------------------------------------------------
 // Small helpers
 // ------------------------------------------------------------------------------------------
@@ -113,14 +111,11 @@ Tensor as_contiguous(const Tensor& t) {
   return t.is_contiguous() ? t : torch::stable::contiguous(t);
 }
 
-// A 1-D uint8 CPU tensor over `bytes` bytes at `data` (torch's tensor over memory it does not own).
+// A 1-D uint8 CPU tensor over `bytes` bytes at `data`.
 Tensor byte_view(const void* data, int64_t bytes) {
   const int64_t stride = 1;
-  AtenTensorHandle h = nullptr;
-  TDO_SHIM_CHECK(aoti_torch_create_tensor_from_blob(const_cast<void*>(data), 1, &bytes, &stride, 0,
-                                                    aoti_torch_dtype_uint8(),
-                                                    aoti_torch_device_type_cpu(), 0, &h));
-  return Tensor(h);
+  return blob(const_cast<void*>(data), IntRef(&bytes, 1), IntRef(&stride, 1),
+              aoti_torch_dtype_uint8());
 }
 
 // The source copied into a functional or out= result: by torch's own copy kernel from 1 MiB
