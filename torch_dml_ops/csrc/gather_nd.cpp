@@ -315,8 +315,7 @@ void stream_row(char* dst, const char* src, int64_t rb) {
 
 // Copy one row of a generic length: four loads, then four stores, so that a load is never
 // queued behind a store to the same 4 KiB offset (the gathered rows and the output rows are
-// equally aligned); AVX2 where the CPU has it.  Measured against memcpy per row: 1.25-1.9x
-// faster on 256-byte and 1 KiB rows.
+// equally aligned); AVX2 where the CPU has it (M29 in docs/benchmarks.md, "Measured choices").
 #ifdef TDO_X86_AVX2
 __attribute__((target("avx2"))) void copy_row_avx2(char* dst, const char* src, int64_t rb) {
   int64_t o = 0;
