@@ -140,11 +140,8 @@ def register_namedtuple(cls: type, name: str) -> None:
 _redispatch_attr = "redispatch_boxed"
 _dispatch_stack_len = _lookup("_C._len_torch_dispatch_stack")
 _profiler = _lookup("autograd.profiler")
-_peek_functorch = _lookup("_C._functorch.peek_interpreter_stack")
-_tracing_state = _lookup("_C._get_tracing_state")
 _torch_function_mode = _lookup("_C._is_torch_function_mode_enabled")
-EAGER_SHORTCUT = (None not in (_dispatch_stack_len, _peek_functorch, _tracing_state,
-                               _torch_function_mode)
+EAGER_SHORTCUT = (None not in (_dispatch_stack_len, _torch_function_mode)
                   and hasattr(_profiler, "_is_profiler_enabled")
                   and hasattr(torch.ops.aten.add.Tensor, "_handle")
                   and hasattr(torch.ops.aten.add.Tensor._handle, _redispatch_attr))
@@ -160,13 +157,13 @@ def nothing_intercepts() -> bool:
     """No torch-dispatch mode, profiler or torch.func transform that a call straight to a
     backend kernel would bypass (False where the probes are missing: take the dispatcher)."""
     return (EAGER_SHORTCUT and not _dispatch_stack_len()
-            and not _profiler._is_profiler_enabled and _peek_functorch() is None)
+            and not _profiler._is_profiler_enabled and not functorch_active())
 
 
 def eager_and_unobserved() -> bool:
     """Plain eager mode: not compiling or jit tracing, no torch-function mode, no forward-AD
     level (dual tensors look like plain tensors)."""
-    return (EAGER_SHORTCUT and not torch.compiler.is_compiling() and _tracing_state() is None
+    return (EAGER_SHORTCUT and not torch.compiler.is_compiling() and not torch.jit.is_tracing()
             and not _torch_function_mode() and _fwad._current_level < 0)
 
 
@@ -262,14 +259,6 @@ def fix_dtensor_ops_without_returns() -> None:
     def return_type_tensor(self) -> bool:
         return len(self.op._schema.returns) > 0 and unpatched(self)
     OpSchema.return_type_tensor = return_type_tensor  # type: ignore[method-assign]  # torch patch
-
-
-def export_serializes_uint32() -> bool:
-    """Whether torch.export can save a program holding uint32 (torch 2.10's serializer has no
-    uint16/uint32/uint64: such a program cannot be saved nor compiled by AOTInductor)."""
-    from torch._export.serde import serialize
-    table = getattr(serialize, "_TORCH_TO_SERIALIZE_DTYPE", None)
-    return table is None or torch.uint32 in table      # no table to read: assume it can
 
 
 def inplace_placement_refused(exc: BaseException) -> bool:
