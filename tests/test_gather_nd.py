@@ -240,6 +240,41 @@ def test_gather_nd_wide_rows_every_count_and_bad_position(n, bad, threads):
     np.testing.assert_array_equal(to_bits(got), gather_nd_ref(x, i, skip_bad=True))
 
 
+@pytest.mark.parametrize("layout", ["permuted", "transposed_slice", "sliced"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float16, torch.uint32, torch.bool])
+@pytest.mark.parametrize("batch_dims", [0, 1])
+@pytest.mark.parametrize("out", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+def test_gather_nd_unchecked_bad_tuples_of_a_strided_input(portable_path, monkeypatch, layout,
+                                                            dtype, batch_dims, out, masked):
+    """check_indices=False with an out-of-range tuple, from an input whose gathered slices are
+    not contiguous (the portable path's zero-fill once failed on its non-contiguous result).
+    masked: the portable path's strategy for devices whose index kernels assert (CUDA), forced
+    on the CPU."""
+    if masked:
+        if portable_path == "native":
+            pytest.skip("the portable path's strategy")
+        from torch_dml_ops.portable import gather_nd as portable_gather
+        monkeypatch.setattr(portable_gather, "torch_checks_bounds", lambda t: False)
+    g = torch.Generator().manual_seed(3)
+    base = make_data((2, 5, 5), dtype, g)
+    x = {"permuted": base.permute(2, 1, 0), "transposed_slice": base.transpose(1, 2),
+         "sliced": make_data((5, 5, 4), dtype, g)[:, :, ::2]}[layout]
+    shape = tuple(x.shape)
+    # tuples into dimension batch_dims (size shape[batch_dims]): in range, negative, and 9,
+    # out of range for every layout
+    i = torch.tensor([[1], [-2], [9], [0]]).repeat(shape[0] if batch_dims else 3, 1, 1)
+    if batch_dims:
+        i[1, 2, 0] = 2      # one batch with every tuple in range
+    want = gather_nd_ref(x, i, batch_dims, skip_bad=True)
+    if out:
+        got = torch.empty(want.shape, dtype=dtype).transpose(0, -1).contiguous().transpose(0, -1)
+        tdo.gather_nd(x, i, batch_dims, check_indices=False, out=got)
+    else:
+        got = tdo.gather_nd(x, i, batch_dims, check_indices=False)
+    assert_bits_equal(got, want)
+
+
 @pytest.mark.usefixtures("portable_path")
 def test_gather_nd_duplicates():
     x = torch.randn(4, 3)

@@ -51,7 +51,8 @@ def _gather_skipping(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayo
     else:
         # in range everywhere (a bad tuple reads row 0), as int64: a valid uint64 is < 2**63
         safe = torch.where(ok.unsqueeze(1), idx2, 0).to(torch.int64).reshape(indices.shape)
-        res = _gather_checked(input, safe, lay, None)
+        # (contiguous: from a strided input the gathered slices may not be; a copy only then)
+        res = _gather_checked(input, safe, lay, None).contiguous()
         bits_view(res).view(n, lay.slice_len).masked_fill_(~ok.unsqueeze(1), 0)
     return res if out is None else out.copy_(res)
 
@@ -81,7 +82,7 @@ def _gather_masked(input: torch.Tensor, indices: torch.Tensor, lay: GatherLayout
             rows = rows // size
         res = nat[tuple(reversed(coords))].reshape(n, lay.slice_len)
     res = res.masked_fill_(~ok.unsqueeze(1), 0)
-    res = res.view(input.dtype).view(lay.out_shape)
+    res = res.view(input.dtype).reshape(lay.out_shape)   # (a view when res is contiguous)
     return res if out is None else out.copy_(res)
 
 
