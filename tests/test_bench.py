@@ -223,6 +223,41 @@ def test_peer_agrees_on_small_cases(name):
             assert r.agreement in (core.EXACT, TIE_ORDER)
 
 
+def test_fresh_bench_times_each_call_and_reports_every_process(capsys, monkeypatch):
+    """``python -m torch_dml_ops.bench.fresh`` (issue 41, item 5): each round calls ours,
+    torch's and the floor once in a rotated order, every call timed on its own (single calls,
+    not blocks: the stalls are what it measures); the table reads each child process's times."""
+    import json
+    import subprocess
+    import torch_dml_ops as tdo
+    from torch_dml_ops.bench import fresh
+    calls = []
+
+    def case():
+        x, idx, upd = torch.randn(64, 8), torch.tensor([[3], [1]]), torch.randn(2, 8)
+        return {"ours": lambda: calls.append("ours") or tdo.scatter_nd(x, idx, upd),
+                "torch": lambda: calls.append("torch") or x.clone().index_copy_(0, idx[:, 0], upd),
+                "floor": lambda: calls.append("floor") or torch.empty(512).fill_(0)}
+    monkeypatch.setattr(fresh, "_cases", lambda: {"tiny case": case})
+    times = fresh.run_one("tiny case", 4)
+    assert {p: len(v) for p, v in times.items()} == {"ours": 4, "torch": 4, "floor": 4}
+    assert calls[:6] == ["ours", "torch", "floor", "torch", "floor", "ours"] and len(calls) == 18
+    s = fresh.summary({"ours": [1.0, 2.0, 3.0], "torch": [2.0, 2.0, 2.0], "floor": [1.0, 1.0, 4.0]})
+    assert (s["ratio"], s["ours_worst"], s["floor_worst"], s["ours_ms"]) == (1.0, 1.5, 4.0, 2000.0)
+    children = []
+
+    def fake_run(cmd, **kw):       # a child process, run here
+        assert cmd[1:4] == ["-m", "torch_dml_ops.bench.fresh", "--one"], cmd
+        children.append(cmd[4])
+        return subprocess.CompletedProcess(cmd, 0, json.dumps(fresh.run_one(cmd[4], 2)) + "\n", "")
+    monkeypatch.setattr(fresh.subprocess, "run", fake_run)
+    threads = str(torch.get_num_threads())
+    assert fresh.main(["--processes", "3", "--rounds", "2", "--threads", threads]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| tiny case |")]
+    assert children == ["tiny case"] * 3 and len(rows) == 1
+    assert len(rows[0].split(" | ")[-1].split(", ")) == 3      # each process's ratio
+
+
 def test_gpu_bench_without_a_gpu_says_so(capsys):
     """``python -m torch_dml_ops.bench.gpu`` (the README's GPU numbers) needs CUDA; without it,
     it says so and succeeds."""

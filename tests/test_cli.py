@@ -10,13 +10,14 @@ ENTRY_POINTS = {
     "torch_dml_ops": "--version",
     "torch_dml_ops.bench": "--json",
     "torch_dml_ops.bench.percall": "--bound",
+    "torch_dml_ops.bench.fresh": "--processes",
     "torch_dml_ops.bench.gpu": "--json",
     "torch_dml_ops.bench.distributed": "usage:",
     "torch_dml_ops.onnx": "usage:",
 }
 #: What each prints when it runs its job: none of it may appear under --help.
 JOB_OUTPUT = ("Backends available", "Documented examples", "| call |", "no CUDA device",
-              "device time per call", "ONNX nodes:", "Traceback")
+              "device time per call", "ONNX nodes:", "Traceback", "worst ÷ median (ours")
 
 
 @pytest.mark.parametrize("module", sorted(ENTRY_POINTS))

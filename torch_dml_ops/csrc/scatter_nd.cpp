@@ -808,7 +808,8 @@ void scatter(const Call& call, const Plan& p, Reduction red, Tensor& dst, const 
   }
   rp.strides = strides.data();
   // The row numbers of the rows pass are kept for the apply pass (recomputing them from the
-  // tuples is slower: M24 in docs/benchmarks.md, "Measured choices").
+  // tuples is slower: M24 in docs/benchmarks.md, "Measured choices"; into a fresh result, which
+  // could be written before the tuples are checked, too: M30).
   int64_t stack_rows[kStackRows];
   std::unique_ptr<int64_t[]> heap_rows;
   if (moves) {
