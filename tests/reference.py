@@ -164,11 +164,15 @@ def top_k1_ref(x: torch.Tensor, k: int, axis: int, decreasing: bool = True):
     is_float = x.dtype.is_floating_point
     vals = x.detach().cpu().movedim(axis, -1)
     bits = to_bits(vals)
-    flat_vals = vals.to(torch.float64) if is_float else vals.to(torch.int64)
     n = vals.shape[-1]
     out_bits = np.zeros(vals.shape[:-1] + (k,), dtype=bits.dtype)
     out_idx = np.zeros(vals.shape[:-1] + (k,), dtype=np.int64)
-    seqs = flat_vals.reshape(-1, n).tolist()
+    if is_float:
+        seqs = vals.to(torch.float64).reshape(-1, n).tolist()
+    elif vals.dtype == torch.uint64:     # exact Python ints: 2**63 and above stay above
+        seqs = bits.reshape(-1, n).astype(np.uint64).tolist()
+    else:
+        seqs = vals.to(torch.int64).reshape(-1, n).tolist()
     bits2 = bits.reshape(-1, n)
     for r, seq in enumerate(seqs):
         order = sorted(range(n), key=lambda i: _order_key(seq[i], is_float), reverse=decreasing)
