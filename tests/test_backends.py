@@ -1314,21 +1314,20 @@ def test_scatter_duplicates_last_wins_on_any_thread_count(any_backend, num_threa
 @over_backends("row_elems", [1, 4, 5], only=("native",))
 def test_scatter_last_wins_when_rows_are_split_among_threads(any_backend, num_threads,
                                                              row_elems):
-    """Enough tuples that the C++ overwrite splits the destination rows among the threads (each
-    part writes its own rows; short rows of other parts go to a sink, branch-free): the last
-    duplicate in index order still wins, in place and functional, and a bad tuple skipped by
-    check_indices=False writes nothing."""
+    """Enough tuples, into a destination large enough (16 MiB), that the C++ overwrite splits
+    the destination rows among the threads (each part writes its own rows; short rows of other
+    parts go to a sink, branch-free): the last duplicate in index order still wins, in place and
+    functional, and a bad tuple skipped by check_indices=False writes nothing."""
     cpp_covers(any_backend, "scatter_nd")
     g = torch.Generator().manual_seed(0)
-    n, rows = 200_000, 1000
-    i = torch.randint(0, rows, (n, 1), generator=g)
+    n, rows = 200_000, -(-(16 << 20) // (4 * row_elems))
+    i = torch.randint(0, rows // 64, (n, 1), generator=g) * 64      # duplicates everywhere
     i[::97] = rows + 5
     u = torch.arange(n, dtype=torch.float32).unsqueeze(1).expand(n, row_elems).contiguous()
-    last = [-1.0] * rows
-    for t, r in enumerate(i.view(-1).tolist()):
-        if r < rows:
-            last[r] = float(t)
-    want = torch.tensor(last).unsqueeze(1).expand(rows, row_elems)
+    # the last tuple of a row is its largest t (u holds t): the rows' maxima
+    ok = i.view(-1) < rows
+    last = torch.full((rows,), -1.0).scatter_reduce(0, i.view(-1)[ok], u[ok, 0], "amax")
+    want = last.unsqueeze(1).expand(rows, row_elems)
     x = torch.full((rows, row_elems), -1.0)
     for threads in (1, 2, 4):
         num_threads(threads)

@@ -601,17 +601,31 @@ def _check_scatter_property(shape, k, n, dtype, idx_dtype, reduction, seed):
     assert_same(out, scatter_nd_ref(x, i, u, reduction), exact)
 
 
+#: The C++ apply pass splits the destination rows among threads only for a destination of
+#: this many bytes or more, or for rows of SPLIT_ROW_BYTES or more (scatter_nd.cpp, split_pays):
+#: the tests of the split use such destinations.
+SPLIT_DEST_BYTES, SPLIT_ROW_BYTES = 16 << 20, 1024
+
+
+def split_rows(row_bytes, at_least):
+    """A row count of at least ``at_least`` whose destination the C++ kernel splits."""
+    return max(at_least, -(-SPLIT_DEST_BYTES // row_bytes))
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("into", ["functional", "out"])
 @pytest.mark.parametrize("dtype,slice_len", [(torch.float32, 16), (torch.float32, 17),
-                                             (torch.int8, 64), (torch.float64, 3)], ids=str)
+                                             (torch.int8, 64), (torch.float64, 3),
+                                             (torch.float32, 300)], ids=str)
 @pytest.mark.usefixtures("portable_path")
 def test_scatter_nd_overwrite_into_a_copy_of_wide_rows(dtype, slice_len, into, threads):
     """Rows of 64 bytes and more written into a copy (functional, out=) go once each, from the
     last duplicate's update or from the input (the C++ kernel's row-winner map): duplicates,
-    negative and skipped out-of-range tuples, untouched runs at both ends, split among threads."""
+    negative and skipped out-of-range tuples, untouched runs at both ends, split among threads
+    (a destination of 16 MiB, or rows of 1 KiB and more)."""
     g = torch.Generator().manual_seed(11)
-    rows = 3000
+    row_bytes = slice_len * torch.empty(0, dtype=dtype).element_size()
+    rows = 3000 if row_bytes >= SPLIT_ROW_BYTES else split_rows(row_bytes, 3000)
     x = make_data((rows, slice_len), dtype, g)
     i = torch.randint(-rows, rows, (2500, 1), generator=g)
     row = i % rows
@@ -664,15 +678,16 @@ def test_scatter_nd_small_overwrite_keeps_the_last_duplicate_on_two_threads(into
                                    torch.bool], ids=str)
 def test_scatter_nd_element_rows_split_between_two_threads(dtype, reduction):
     """An element scatter large enough for the C++ kernel to split the destination between two
-    threads, each scanning every tuple and sending the other's to a scratch element instead of
-    taking a branch: duplicates and a skipped tuple, functional and in place, bit for bit as the
-    portable path."""
+    threads (16 MiB), each scanning every tuple and sending the other's to a scratch element
+    instead of taking a branch: duplicates and a skipped tuple, functional and in place, bit for
+    bit as the portable path."""
     g = torch.Generator().manual_seed(5)
-    x = make_data((512, 256), dtype, g)
-    i = torch.stack([torch.randint(-512, 512, (80_000,), generator=g),
+    rows = split_rows(256 * torch.empty(0, dtype=dtype).element_size(), 512)
+    x = make_data((rows, 256), dtype, g)
+    i = torch.stack([torch.randint(-rows, rows, (80_000,), generator=g),
                      torch.randint(0, 256, (80_000,), generator=g)], 1)
     i[::5] = i[7]                                    # one element, many times
-    i[11, 0] = 600                                   # out of range: skipped
+    i[11, 0] = rows + 88                             # out of range: skipped
     u = make_updates(x, i, g)
     prev, prev_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(2)

@@ -326,8 +326,21 @@ void scan_part(const Apply& a, int64_t lo, int64_t hi, const F& f) {
   }
 }
 
+// Whether the apply pass's parts, each of which scans every tuple, may be more than one: only
+// where the writes, not the scan, are the work: a destination the cache does not hold
+// (kSplitDestBytes), rows of kSplitRowBytes or more, or rows of a cache line or more that most
+// tuples find cold (at most one tuple for every two rows).  Short rows into a smaller
+// destination are slower split in two than in one part (M31 in docs/benchmarks.md, "Measured
+// choices").
+constexpr int64_t kSplitDestBytes = int64_t(16) << 20;
+constexpr int64_t kSplitRowBytes = 1024;
+bool split_pays(const Apply& a) {
+  return a.row_bytes >= kSplitRowBytes || a.n_rows * a.row_bytes >= kSplitDestBytes ||
+         (a.row_bytes >= 64 && 2 * a.n <= a.n_rows);
+}
+
 // The destination rows split among parts: every part scans all n row numbers, so more parts pay
-// only with enough writes.
+// only with enough writes, into a destination the cache does not hold.
 template <int64_t RB = 0, bool Sink = false, class F>
 void run_scan(const Apply& a, const F& f) {
   // init first, in a pass of its own: folded into each part's scan it was slower (M27 in
@@ -335,7 +348,9 @@ void run_scan(const Apply& a, const F& f) {
   if (a.init) copy_init(a.dst, a.init, a.n_rows * a.row_bytes);
   const int64_t work = a.n * (1 + a.row_bytes / 64);
   const int64_t grain = a.row_bytes <= 16 ? kGrainShortRows : kGrain;
-  const int parts = static_cast<int>(std::min<int64_t>(parts_for(work, grain), a.n_rows));
+  const int parts = split_pays(a) ? static_cast<int>(std::min<int64_t>(parts_for(work, grain),
+                                                                      a.n_rows))
+                                  : 1;
   parallel_parts(a.n_rows, parts,
                  [&](int64_t lo, int64_t hi, int) { scan_part<RB, Sink>(a, lo, hi, f); });
 }
@@ -356,8 +371,10 @@ void overwrite_once(const Apply& a) {
   std::unique_ptr<int32_t[]> map(new (std::nothrow) int32_t[static_cast<size_t>(slots)]);
   if (!map) runtime_error(kOp, ": cannot allocate ", 4 * slots, " bytes of row winners");
   const int64_t rb = a.row_bytes;
-  const int parts = static_cast<int>(
-      std::min<int64_t>(parts_for(a.n + a.n_rows * (1 + rb / 64), kGrain), a.n_rows));
+  const int parts = split_pays(a) ? static_cast<int>(std::min<int64_t>(
+                                        parts_for(a.n + a.n_rows * (1 + rb / 64), kGrain),
+                                        a.n_rows))
+                                  : 1;
   parallel_parts(a.n_rows, parts, [&](int64_t lo, int64_t hi, int part) {
     int32_t* const win = map.get();
     int32_t* const scratch = win + a.n_rows + 16 * part;
