@@ -50,7 +50,7 @@ def test_top_k1_uint64_above_2_63_against_the_oracle(direction, portable_path):
     g = torch.Generator().manual_seed(5)
     big = torch.randint(0, 4, (3, 300), generator=g) * (2**61 + 7)      # 0, 2**61+7, ... 3*(..)
     x = (big + torch.randint(0, 3, (3, 300), generator=g)).view(torch.int64)
-    x = torch.where(torch.rand(3, 300, generator=g) < 0.5, x, x | (1 << 63)).view(torch.uint64)
+    x = torch.where(torch.rand(3, 300, generator=g) < 0.5, x, x | -(1 << 63)).view(torch.uint64)
     for k in (1, 5, 300):
         check(x, k, 1, direction)
     bits, idx = top_k1_ref(torch.tensor([1, -1, 2], dtype=torch.int64).view(torch.uint64), 3, 0)
