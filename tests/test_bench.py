@@ -256,6 +256,11 @@ def test_fresh_bench_times_each_call_and_reports_every_process(capsys, monkeypat
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| tiny case |")]
     assert children == ["tiny case"] * 3 and len(rows) == 1
     assert len(rows[0].split(" | ")[-1].split(", ")) == 3      # each process's ratio
+    monkeypatch.setattr(fresh.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
+        cmd, 1, "", "Traceback: the child's own error\n"))
+    with pytest.raises(SystemExit, match="the process timing 'tiny case' failed"):
+        fresh.main(["--processes", "1", "--rounds", "2", "--threads", threads])
+    assert "the child's own error" in capsys.readouterr().err
 
 
 def test_gpu_bench_without_a_gpu_says_so(capsys):

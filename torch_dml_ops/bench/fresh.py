@@ -116,7 +116,11 @@ def main(argv=None) -> int:
             res = subprocess.run(
                 [sys.executable, "-m", "torch_dml_ops.bench.fresh", "--one", name,
                  "--rounds", str(args.rounds), "--threads", str(args.threads)],
-                capture_output=True, text=True, check=True)
+                capture_output=True, text=True)
+            if res.returncode != 0:
+                sys.stderr.write(res.stderr)
+                raise SystemExit(f"{PROG}: the process timing {name!r} failed "
+                                 f"(exit {res.returncode})")
             rows.append(summary(json.loads(res.stdout.strip().splitlines()[-1])))
         worst: Tuple[str, ...] = tuple(_span(rows, f"{p}_worst", ".2f")
                                        for p in ("ours", "torch", "floor"))
