@@ -30,3 +30,14 @@ def make_indices(index_shape_prefix, sizes, dtype, negative=False, generator=Non
         cols.append(c)
     return torch.stack(cols, dim=-1).to(dtype) if cols else torch.empty(
         tuple(index_shape_prefix) + (0,), dtype=dtype)
+
+
+#: The C++ apply pass splits the destination rows among threads only for a destination of
+#: this many bytes or more, or for rows of SPLIT_ROW_BYTES or more (scatter_nd.cpp, split_pays):
+#: the tests of the split use such destinations.
+SPLIT_DEST_BYTES, SPLIT_ROW_BYTES = 16 << 20, 1024
+
+
+def split_rows(row_bytes, at_least=1):
+    """A row count of at least ``at_least`` whose destination the C++ kernel splits."""
+    return max(at_least, -(-SPLIT_DEST_BYTES // row_bytes))

@@ -33,7 +33,7 @@ import torch_dml_ops as tdo
 from torch_dml_ops._checks import raise_index_error
 
 from conftest import BACKENDS, NATIVE_OK, backend_param, require_cpp_kernel
-from helpers import DATA_DTYPES, INDEX_DTYPES, make_data, make_indices
+from helpers import DATA_DTYPES, INDEX_DTYPES, make_data, make_indices, split_rows
 from reference import gather_nd_ref, scatter_nd_ref, to_bits, top_k1_ref
 
 ParameterSet = type(pytest.param(None))
@@ -1320,7 +1320,7 @@ def test_scatter_last_wins_when_rows_are_split_among_threads(any_backend, num_th
     functional, and a bad tuple skipped by check_indices=False writes nothing."""
     cpp_covers(any_backend, "scatter_nd")
     g = torch.Generator().manual_seed(0)
-    n, rows = 200_000, -(-(16 << 20) // (4 * row_elems))
+    n, rows = 200_000, split_rows(4 * row_elems)
     i = torch.randint(0, rows // 64, (n, 1), generator=g) * 64      # duplicates everywhere
     i[::97] = rows + 5
     u = torch.arange(n, dtype=torch.float32).unsqueeze(1).expand(n, row_elems).contiguous()

@@ -6,7 +6,8 @@ import torch
 
 import torch_dml_ops as tdo
 from conftest import NATIVE_OK, backend_param
-from helpers import DATA_DTYPES, INDEX_DTYPES, make_data, make_indices
+from helpers import (DATA_DTYPES, INDEX_DTYPES, SPLIT_ROW_BYTES, make_data, make_indices,
+                     split_rows)
 from reference import SCATTER_ND_EXAMPLE, scatter_nd_ref, to_bits
 
 scatter_op = torch.ops.torch_dml_ops.scatter_nd
@@ -599,17 +600,6 @@ def _check_scatter_property(shape, k, n, dtype, idx_dtype, reduction, seed):
         torch.use_deterministic_algorithms(prev)
     exact = not dtype.is_floating_point or reduction in ("none", "max", "min")
     assert_same(out, scatter_nd_ref(x, i, u, reduction), exact)
-
-
-#: The C++ apply pass splits the destination rows among threads only for a destination of
-#: this many bytes or more, or for rows of SPLIT_ROW_BYTES or more (scatter_nd.cpp, split_pays):
-#: the tests of the split use such destinations.
-SPLIT_DEST_BYTES, SPLIT_ROW_BYTES = 16 << 20, 1024
-
-
-def split_rows(row_bytes, at_least):
-    """A row count of at least ``at_least`` whose destination the C++ kernel splits."""
-    return max(at_least, -(-SPLIT_DEST_BYTES // row_bytes))
 
 
 @pytest.mark.parametrize("threads", [1, 2])

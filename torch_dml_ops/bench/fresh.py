@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -48,7 +49,7 @@ def _cases() -> Dict[str, Callable[[], Dict[str, Callable[[], object]]]]:
 
     def gather():
         d = c.gather_inputs((100_000, 256), 65_536, 1)(0)
-        numel = 65_536 * 256
+        numel = math.prod(d["out_shape"])
         return {
             "ours": lambda: tdo.gather_nd(d["x"], d["idx"]),
             "torch": lambda: c._g_index_select(d),

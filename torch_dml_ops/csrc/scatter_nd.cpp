@@ -339,6 +339,13 @@ bool split_pays(const Apply& a) {
          (a.row_bytes >= 64 && 2 * a.n <= a.n_rows);
 }
 
+// The number of parts of an apply pass over a.n_rows destination rows with `work` items of
+// `grain` each: one where the split does not pay, else at most one part a row.
+int dest_parts(const Apply& a, int64_t work, int64_t grain) {
+  if (!split_pays(a)) return 1;
+  return static_cast<int>(std::min<int64_t>(parts_for(work, grain), a.n_rows));
+}
+
 // The destination rows split among parts: every part scans all n row numbers, so more parts pay
 // only with enough writes, into a destination the cache does not hold.
 template <int64_t RB = 0, bool Sink = false, class F>
@@ -348,9 +355,7 @@ void run_scan(const Apply& a, const F& f) {
   if (a.init) copy_init(a.dst, a.init, a.n_rows * a.row_bytes);
   const int64_t work = a.n * (1 + a.row_bytes / 64);
   const int64_t grain = a.row_bytes <= 16 ? kGrainShortRows : kGrain;
-  const int parts = split_pays(a) ? static_cast<int>(std::min<int64_t>(parts_for(work, grain),
-                                                                      a.n_rows))
-                                  : 1;
+  const int parts = dest_parts(a, work, grain);
   parallel_parts(a.n_rows, parts,
                  [&](int64_t lo, int64_t hi, int) { scan_part<RB, Sink>(a, lo, hi, f); });
 }
@@ -371,10 +376,7 @@ void overwrite_once(const Apply& a) {
   std::unique_ptr<int32_t[]> map(new (std::nothrow) int32_t[static_cast<size_t>(slots)]);
   if (!map) runtime_error(kOp, ": cannot allocate ", 4 * slots, " bytes of row winners");
   const int64_t rb = a.row_bytes;
-  const int parts = split_pays(a) ? static_cast<int>(std::min<int64_t>(
-                                        parts_for(a.n + a.n_rows * (1 + rb / 64), kGrain),
-                                        a.n_rows))
-                                  : 1;
+  const int parts = dest_parts(a, a.n + a.n_rows * (1 + rb / 64), kGrain);
   parallel_parts(a.n_rows, parts, [&](int64_t lo, int64_t hi, int part) {
     int32_t* const win = map.get();
     int32_t* const scratch = win + a.n_rows + 16 * part;
